@@ -1,0 +1,39 @@
+# One command each: `make install`, `make test`; see README.md.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PY ?= $(BIN)/python
+# A CUDA build of torch is not needed to build or to run the CPU tests.
+TORCH ?= torch
+ARCH ?= sm_90
+OPS ?= all
+OUT ?= dist
+
+.PHONY: install test lint build gpu-test bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+install: $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet "$(TORCH)" -e '.[test]'
+
+test:
+	$(PY) -m pytest tests -q
+
+lint:
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+build:
+	$(BIN)/ntops-aot build --arch $(ARCH) --ops $(OPS) --out $(OUT)
+
+# On a CUDA machine with the wheel installed (or on PYTHONPATH).
+gpu-test:
+	$(PY) -m pytest -m gpu tests -q
+
+bench:
+	$(PY) tests/benchmarks/bench_add.py --json bench.json
+
+clean:
+	rm -rf generated $(OUT) bench.json

@@ -1,0 +1,38 @@
+"""Launch grids as C: ninetoothed's grid is a Python expression over the kernel's
+size parameters; the launcher evaluates it per call, in 64-bit integers with
+Python's floor-division semantics."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping
+
+from ntops_aot.aot.errors import UnsupportedKernel
+
+_OPERATORS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*"}
+_FUNCTIONS = {ast.FloorDiv: "nt_floordiv", ast.Mod: "nt_floormod"}
+
+
+def to_c(expression: str, names: Mapping[str, str]) -> str:
+    """Translate `expression`, mapping each name through `names`; anything beyond
+    integer arithmetic is refused rather than guessed at."""
+    return _emit(ast.parse(expression, mode="eval").body, names, expression)
+
+
+def _emit(node: ast.AST, names: Mapping[str, str], whole: str) -> str:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return f"INT64_C({node.value})"
+    if isinstance(node, ast.Name) and node.id in names:
+        return names[node.id]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return f"(-{_emit(node.operand, names, whole)})"
+    if isinstance(node, ast.BinOp):
+        left, right = _emit(node.left, names, whole), _emit(node.right, names, whole)
+        if type(node.op) in _OPERATORS:
+            return f"({left} {_OPERATORS[type(node.op)]} {right})"
+        if type(node.op) in _FUNCTIONS:
+            return f"{_FUNCTIONS[type(node.op)]}({left}, {right})"
+    raise UnsupportedKernel(
+        f"launch grid {whole!r}: cannot evaluate {ast.unparse(node)!r} in the launcher "
+        "(integer +, -, *, //, % over sizes and constants only)"
+    )

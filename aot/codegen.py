@@ -1,0 +1,249 @@
+"""Stage 2: a variant's premake -> Triton source, one `GeneratedKernel` per spec.
+
+ninetoothed's code generator turns `arrangement` + `application` into a Triton
+kernel whose parameters are each tensor's pointer, sizes and strides, plus the
+scalars. This stage records, as data, which argument every parameter reads, the
+launch grid as an expression over those parameters, and the Triton signature
+each specialisation compiles with. It runs under `toolchain.use_target`, so
+ninetoothed's defaults come from the target arch, not from the build host.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import itertools
+import types
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ntops_aot.aot.errors import UnsupportedKernel
+from ntops_aot.aot.ops import OpDef
+from ntops_aot.aot.space import Config, Spec, Variant
+
+
+@dataclasses.dataclass(frozen=True)
+class Arg:
+    """One argument of the op's kernel, in `application` order."""
+
+    name: str
+    ndim: int  # 0: a scalar
+    dtype: str  # ninetoothed's name: "fp16", "fp32", ...
+    output: bool = False
+    fixed: bool = False  # excluded from the runtime's dim coalescing
+
+    @property
+    def is_tensor(self) -> bool:
+        return self.ndim > 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Param:
+    """One Triton kernel parameter and the argument value it is given."""
+
+    name: str
+    kind: str  # "pointer" | "size" | "stride" | "scalar"
+    arg: int  # index into the kernel's `Arg`s
+    dim: int = -1
+
+
+@dataclasses.dataclass(frozen=True)
+class GeneratedKernel:
+    variant: Variant
+    spec: Spec
+    args: tuple[Arg, ...]
+    source: str  # a Python module holding the @triton.jit function `function`
+    function: str
+    params: tuple[Param, ...]  # every parameter, in the kernel's order
+    signature: tuple[str, ...]  # Triton type per parameter, "constexpr" for unit strides
+    divisible: tuple[int, ...]  # parameters compiled as multiples of 16
+    grid: str  # number of programs: a Python expression over parameter names
+    num_warps: int
+    num_stages: int
+
+    @property
+    def id(self) -> str:
+        return f"{self.variant.id}/{self.spec.name}"
+
+
+def generate(op: OpDef, variant: Variant, config: Config) -> list[GeneratedKernel]:
+    """Generate every specialisation of `variant`; needs `toolchain.use_target` first."""
+    import ninetoothed
+    import ninetoothed.generation
+    import ninetoothed.utils
+
+    # ninetoothed names tensors from a process-wide counter; starting it at zero makes
+    # the generated source, and so the cubin, independent of what was built before.
+    ninetoothed.Tensor.num_instances = 0
+    arrangement, application, tensors = op.premake(variant, config.premake)
+    names = list(_parameters(application))
+    arranged = arrangement(*tensors)
+    arranged = arranged if isinstance(arranged, tuple) else (arranged,)
+    if len(names) != len(tensors) or len(arranged) != len(tensors):
+        raise UnsupportedKernel(
+            f"{variant.id}: application takes {len(names)} parameters, "
+            f"premake gives {len(tensors)} tensors and arrangement returns {len(arranged)}"
+        )
+    func = types.FunctionType(application.__code__, application.__globals__, application.__name__)
+    func.__annotations__ = dict(zip(names, arranged, strict=True))
+
+    default_warps, default_stages = ninetoothed.utils.calculate_default_configs()
+    num_warps = config.num_warps or default_warps
+    num_stages = config.num_stages or default_stages
+    function = f"ntops_{variant.op}"
+    generator = ninetoothed.generation.CodeGenerator()
+    source_path = generator(func, "torch", function, num_warps, num_stages, None, False)
+    with open(source_path, encoding="utf-8") as file:
+        source = file.read()
+    kernel_def = generator.kernel_func
+    if generator.raw_grid is None or not isinstance(generator.raw_grid.body, ast.Tuple):
+        raise UnsupportedKernel(f"{variant.id}: ninetoothed produced no launch grid")
+    grid = ast.unparse(generator.raw_grid.body.elts[0])
+
+    args = _args(op, names, tensors)
+    params = _params(variant, [arg.arg for arg in kernel_def.args.args], tensors)
+    kernels = []
+    for spec in specializations(op, args):
+        signature, divisible = _signature(spec, args, params)
+        kernels.append(
+            GeneratedKernel(
+                variant=variant,
+                spec=spec,
+                args=args,
+                source=widen_program_ids(source) if spec.width == 64 else source,
+                function=function,
+                params=params,
+                signature=signature,
+                divisible=divisible,
+                grid=grid,
+                num_warps=num_warps,
+                num_stages=num_stages,
+            )
+        )
+    return kernels
+
+
+def specializations(op: OpDef, args: Sequence[Arg]) -> list[Spec]:
+    """Most specialised first: the order in which the runtime tries them."""
+    tensors = [arg for arg in args if arg.is_tensor]
+    choices = [op.space.unit_dims.get(arg.name, (arg.ndim - 1,)) for arg in tensors]
+    combos = list(itertools.product(*choices))
+    return (
+        [Spec(32, combo, aligned=True) for combo in combos]
+        + [Spec(32, combo) for combo in combos]
+        + [Spec(32), Spec(64)]
+    )
+
+
+def widen_program_ids(source: str) -> str:
+    """Compute tile offsets in 64 bits: `program_id(0) * block` overflows int32 once a
+    tensor has 2^31 elements, whatever the type of the sizes and strides."""
+
+    class _Widen(ast.NodeTransformer):
+        def visit_Call(self, node: ast.Call) -> ast.AST:
+            self.generic_visit(node)
+            if isinstance(node.func, ast.Attribute) and node.func.attr == "program_id":
+                int64 = ast.parse("triton.language.int64", mode="eval").body
+                to = ast.Attribute(value=node, attr="to", ctx=ast.Load())
+                return ast.Call(func=to, args=[int64], keywords=[])
+            return node
+
+    tree = _Widen().visit(ast.parse(source))
+    return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
+
+
+def _parameters(application: Callable[..., Any]) -> list[str]:
+    code = application.__code__
+    return list(code.co_varnames[: code.co_argcount])
+
+
+def _args(op: OpDef, names: Sequence[str], tensors: Sequence[Any]) -> tuple[Arg, ...]:
+    if not set(op.space.outputs) & set(names):
+        raise UnsupportedKernel(
+            f"{op.name}: none of SPACE.outputs {op.space.outputs} is a parameter"
+        )
+    return tuple(
+        Arg(
+            name=name,
+            ndim=tensor.ndim,
+            dtype=tensor.dtype,
+            output=name in op.space.outputs,
+            fixed=name in op.space.fixed,
+        )
+        for name, tensor in zip(names, tensors, strict=True)
+    )
+
+
+def _params(variant: Variant, names: Sequence[str], tensors: Sequence[Any]) -> tuple[Param, ...]:
+    known: dict[str, Param] = {}
+    for index, tensor in enumerate(tensors):
+        if tensor.ndim == 0:
+            known[tensor.name] = Param(tensor.name, "scalar", index)
+            continue
+        pointer = tensor.pointer_string()
+        known[pointer] = Param(pointer, "pointer", index)
+        for dim in range(tensor.ndim):
+            for kind, name in (
+                ("size", tensor.size_string(dim)),
+                ("stride", tensor.stride_string(dim)),
+            ):
+                known[name] = Param(name, kind, index, dim)
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise UnsupportedKernel(
+            f"{variant.id}: kernel parameters {unknown} are not a tensor's pointer, size, "
+            "stride or a scalar; an AOT kernel needs fixed block sizes (no meta symbols, "
+            "no tiles sized by a runtime dim)"
+        )
+    return tuple(known[name] for name in names)
+
+
+@dataclasses.dataclass(frozen=True)
+class Assumption:
+    """One fact a spec lets the compiler assume: a unit stride, a size or stride
+    divisible by 16, or (dim -1) a 16-byte aligned data pointer. The runtime checks
+    the same facts before it picks the kernel."""
+
+    kind: str  # "unit" | "size16" | "stride16" | "aligned"
+    arg: int
+    dim: int = -1
+
+
+def assumptions(spec: Spec, args: Sequence[Arg]) -> list[Assumption]:
+    facts = []
+    tensors = [index for index, arg in enumerate(args) if arg.is_tensor]
+    for slot, index in enumerate(tensors):
+        unit = spec.unit[slot] if spec.unit else None
+        if unit is not None:
+            facts.append(Assumption("unit", index, unit))
+        if not spec.aligned:
+            continue
+        facts.append(Assumption("aligned", index))
+        for dim in range(args[index].ndim):
+            facts.append(Assumption("size16" if dim == unit else "stride16", index, dim))
+    return facts
+
+
+def _signature(
+    spec: Spec, args: Sequence[Arg], params: Sequence[Param]
+) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    facts = {(fact.kind, fact.arg, fact.dim) for fact in assumptions(spec, args)}
+    signature = []
+    divisible = []
+    for position, param in enumerate(params):
+        arg = args[param.arg]
+        if param.kind == "scalar":
+            signature.append(arg.dtype)
+            continue
+        if param.kind == "pointer":
+            signature.append(f"*{arg.dtype}")
+            key = ("aligned", param.arg, -1)
+        elif param.kind == "stride" and ("unit", param.arg, param.dim) in facts:
+            signature.append("constexpr")
+            continue
+        else:
+            signature.append(f"i{spec.width}")
+            key = (f"{param.kind}16", param.arg, param.dim)
+        if key in facts:
+            divisible.append(position)
+    return tuple(signature), tuple(divisible)

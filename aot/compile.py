@@ -1,0 +1,136 @@
+"""Stage 3: Triton source -> cubin, in-process, for the target arch.
+
+The result is a `CompiledKernel`: the cubin and everything a launcher needs to
+call it (the runtime parameters left after constants are folded, shared memory,
+warps). Kernels that need something a prebuilt launch cannot provide fail here,
+with the kernel's id and a command that reproduces the failure alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import linecache
+from typing import Any
+
+from ntops_aot.aot.codegen import Arg, GeneratedKernel, Param
+from ntops_aot.aot.errors import CompileError
+from ntops_aot.aot.space import Spec, Variant
+from ntops_aot.aot.targets import TARGETS
+
+# The launch configurations a plain cuLaunchKernel call gives. Kernels Triton
+# compiles for anything else (clusters, cooperative or programmatic-dependent
+# launches) are refused rather than launched wrongly.
+_PLAIN_LAUNCH = {"num_ctas": 1, "launch_cooperative_grid": False, "launch_pdl": False}
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledKernel:
+    variant: Variant
+    spec: Spec
+    args: tuple[Arg, ...]
+    function: str  # the cubin's entry point
+    cubin: bytes
+    target: str  # "sm_90a": what the cubin runs on ("a": that exact compute capability)
+    params: tuple[Param, ...]  # runtime parameters, constants removed, in order
+    types: tuple[str, ...]  # Triton type of each runtime parameter
+    scratch_params: int  # trailing pointer parameters Triton adds (passed as NULL)
+    grid: str
+    num_warps: int
+    num_stages: int
+    shared: int  # bytes of dynamic shared memory
+
+    @property
+    def id(self) -> str:
+        return f"{self.variant.id}/{self.spec.name}"
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.cubin).hexdigest()
+
+
+def compile_kernel(kernel: GeneratedKernel) -> CompiledKernel:
+    """Compile one specialisation; `toolchain.use_target` must describe its arch."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import sm_arch_from_capability
+
+    target = TARGETS[kernel.variant.arch]
+    jit_function = _load(kernel)
+    signature = dict(zip(jit_function.arg_names, kernel.signature, strict=True))
+    constants = {name: 1 for name, type_ in signature.items() if type_ == "constexpr"}
+    attrs = {(position,): [["tt.divisibility", 16]] for position in kernel.divisible}
+    source = triton.compiler.ASTSource(
+        fn=jit_function, signature=signature, constexprs=constants, attrs=attrs
+    )
+    gpu_target = GPUTarget("cuda", target.capability, target.warp_size)
+    options = triton.compiler.make_backend(gpu_target).parse_options(
+        # Fusing a * b + c into one FMA is Triton's (and nvcc's) default; say so, so a
+        # changed default in a later Triton cannot change the numbers silently.
+        {"num_warps": kernel.num_warps, "num_stages": kernel.num_stages, "enable_fp_fusion": True}
+    )
+    try:
+        compiled = triton.compile(source, target=gpu_target, options=options.__dict__)
+    except Exception as error:
+        raise CompileError(kernel.id, f"Triton failed: {error}", _reproduce(kernel)) from error
+    _check_launchable(kernel, compiled.metadata)
+    runtime = [i for i, type_ in enumerate(kernel.signature) if type_ != "constexpr"]
+    return CompiledKernel(
+        variant=kernel.variant,
+        spec=kernel.spec,
+        args=kernel.args,
+        function=compiled.metadata.name,
+        cubin=compiled.asm["cubin"],
+        target=sm_arch_from_capability(target.capability),
+        params=tuple(kernel.params[i] for i in runtime),
+        types=tuple(kernel.signature[i] for i in runtime),
+        scratch_params=sum(
+            hasattr(compiled.metadata, field)
+            for field in ("global_scratch_size", "profile_scratch_size")
+        ),
+        grid=kernel.grid,
+        num_warps=compiled.metadata.num_warps,
+        num_stages=compiled.metadata.num_stages,
+        shared=compiled.metadata.shared,
+    )
+
+
+def _load(kernel: GeneratedKernel) -> Any:
+    """Turn the generated source into a JITFunction without writing it anywhere:
+    Triton reads a kernel's source through `inspect`, which consults linecache."""
+    filename = f"<ntops-aot {kernel.id} {hashlib.sha256(kernel.source.encode()).hexdigest()}>"
+    lines = kernel.source.splitlines(keepends=True)
+    linecache.cache[filename] = (len(kernel.source), None, lines, filename)
+    namespace: dict[str, Any] = {"__name__": f"ntops_aot_generated_{kernel.variant.op}"}
+    exec(compile(kernel.source, filename, "exec"), namespace)
+    return namespace[kernel.function]
+
+
+def _check_launchable(kernel: GeneratedKernel, metadata: Any) -> None:
+    for field in ("global_scratch_size", "profile_scratch_size"):
+        if getattr(metadata, field, 0):
+            raise CompileError(
+                kernel.id,
+                f"the kernel needs {getattr(metadata, field)} bytes of "
+                f"{field.removesuffix('_size').replace('_', ' ')} "
+                "memory per launch; prebuilt launchers pass no scratch buffers, so change the "
+                "kernel (smaller tiles, no device-side tensor descriptors or printing)",
+                _reproduce(kernel),
+            )
+    for field, plain in _PLAIN_LAUNCH.items():
+        value = getattr(metadata, field, plain)
+        if value != plain:
+            raise CompileError(
+                kernel.id,
+                f"Triton compiled it for {field}={value}; "
+                f"prebuilt launchers only do {field}={plain}",
+                _reproduce(kernel),
+            )
+
+
+def _reproduce(kernel: GeneratedKernel) -> str:
+    variant = kernel.variant
+    return (
+        f"ntops-aot build --arch {variant.arch} --ops {variant.op} "
+        f"--dtypes {variant.dtype} --ndims {variant.ndim} --jobs 1"
+    )

@@ -1,0 +1,195 @@
+"""Stage 5, the only one that writes files: cubins, the compiled extension, the wheel.
+
+The wheel is `ntops_prebuilt`: the runtime's Python files (aot/runtime), the
+extension `_C.abi3.so` with every cubin embedded, and `manifest.json`. It is an
+abi3 wheel for CPython >= 3.10 whose only dependency is torch. Its bytes depend
+only on its inputs: entries sorted, timestamps fixed, no build paths inside.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.resources
+import json
+import os
+import pathlib
+import platform
+import shutil
+import subprocess
+import sysconfig
+import zipfile
+from collections.abc import Mapping, Sequence
+from importlib import metadata
+from typing import Any
+
+from ntops_aot.aot.compile import CompiledKernel
+from ntops_aot.aot.errors import ExtensionBuildError
+
+DISTRIBUTION = "ntops_prebuilt"
+PYTHON_TAG = "cp310"  # the limited API of CPython 3.10 and newer
+LIMITED_API = "0x030A0000"
+# Compilers must take these; tests add -Werror.
+CFLAGS = ("-O2", "-std=gnu11", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra")
+_EPOCH = (1980, 1, 1, 0, 0, 0)  # zip's earliest date: no build time in the wheel
+
+
+def platform_tag() -> str:
+    """manylinux_X_Y for the glibc the extension was linked against (it runs on that
+    glibc and newer), linux_<machine> elsewhere."""
+    machine = platform.machine()
+    libc = os.confstr("CS_GNU_LIBC_VERSION") if hasattr(os, "confstr") else None
+    if libc and libc.startswith("glibc "):
+        major, minor = libc.split()[1].split(".")[:2]
+        return f"manylinux_{major}_{minor}_{machine}"
+    return f"linux_{machine}"
+
+
+def wheel_name(version: str) -> str:
+    return f"{DISTRIBUTION}-{version}-{PYTHON_TAG}-abi3-{platform_tag()}.whl"
+
+
+def write_cubins(
+    kernels: Sequence[CompiledKernel], directory: pathlib.Path
+) -> dict[str, pathlib.Path]:
+    """Content-addressed: identical cubins share a file, unchanged ones are not rewritten."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for kernel in kernels:
+        path = directory / f"{kernel.sha256}.cubin"
+        if not path.exists():
+            _write_atomic(path, kernel.cubin)
+        paths[kernel.id] = path
+    return paths
+
+
+def compiler() -> str:
+    return os.environ.get("CC") or sysconfig.get_config_var("CC").split()[0] or "cc"
+
+
+def include_dirs() -> list[pathlib.Path]:
+    """Python's headers and the CUDA driver header that ships inside the triton wheel:
+    building needs no CUDA toolkit."""
+    import triton
+
+    cuda = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "include"
+    return [pathlib.Path(sysconfig.get_paths()["include"]), cuda]
+
+
+def compile_extension(
+    sources: Mapping[str, str], directory: pathlib.Path, extra_flags: Sequence[str] = ()
+) -> pathlib.Path:
+    """Write the rendered sources and link them into `_C.abi3.so` in `directory`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, text in sources.items():
+        path = directory / name
+        if not path.exists() or path.read_text() != text:
+            _write_atomic(path, text.encode())
+    output = directory / "_C.abi3.so"
+    command = [
+        compiler(),
+        *CFLAGS,
+        *extra_flags,
+        f"-DPy_LIMITED_API={LIMITED_API}",
+        *(f"-I{path}" for path in [*include_dirs(), directory]),
+        "-shared",
+        "-s",  # no symbol table: it would hold build paths
+        *(str(directory / name) for name in sources if name.endswith((".c", ".S"))),
+        "-o",
+        str(output),
+        "-ldl",
+        "-lpthread",
+    ]
+    try:
+        subprocess.run(command, check=True, capture_output=True, text=True)
+    except FileNotFoundError as error:
+        raise ExtensionBuildError(
+            f"no C compiler {command[0]!r}: install gcc (or set CC) to build wheels"
+        ) from error
+    except subprocess.CalledProcessError as error:
+        raise ExtensionBuildError(
+            f"compiling the launcher failed ({' '.join(command)}):\n{error.stderr}"
+        ) from error
+    return output
+
+
+def toolchain_versions() -> dict[str, str]:
+    versions = {name: metadata.version(name) for name in ("ntops-aot", "ninetoothed", "triton")}
+    versions["python"] = platform.python_version()
+    try:
+        run = subprocess.run([compiler(), "--version"], capture_output=True, text=True, check=True)
+        versions["cc"] = run.stdout.splitlines()[0]
+    except (OSError, subprocess.CalledProcessError):
+        versions["cc"] = "unknown"
+    return versions
+
+
+def runtime_files() -> dict[str, bytes]:
+    """The hand-written part of ntops_prebuilt, shipped as is."""
+    folder = importlib.resources.files("ntops_aot.aot") / "runtime"
+    return {
+        entry.name: entry.read_bytes()
+        for entry in sorted(folder.iterdir(), key=lambda entry: entry.name)
+        if entry.name.endswith(".py")
+    }
+
+
+def write_wheel(
+    extension: pathlib.Path, manifest: Mapping[str, Any], out_dir: pathlib.Path
+) -> pathlib.Path:
+    version = manifest["version"]
+    files = {f"{DISTRIBUTION}/{name}": data for name, data in runtime_files().items()}
+    files[f"{DISTRIBUTION}/_C.abi3.so"] = extension.read_bytes()
+    files[f"{DISTRIBUTION}/manifest.json"] = (
+        json.dumps(manifest, indent=1, sort_keys=True) + "\n"
+    ).encode()
+    dist_info = f"{DISTRIBUTION}-{version}.dist-info"
+    files[f"{dist_info}/METADATA"] = _metadata(version).encode()
+    files[f"{dist_info}/WHEEL"] = (
+        "Wheel-Version: 1.0\n"
+        f"Generator: ntops-aot {metadata.version('ntops-aot')}\n"
+        "Root-Is-Purelib: false\n"
+        f"Tag: {PYTHON_TAG}-abi3-{platform_tag()}\n"
+    ).encode()
+    record = [f"{path},sha256={_digest(data)},{len(data)}" for path, data in sorted(files.items())]
+    record.append(f"{dist_info}/RECORD,,")
+    files[f"{dist_info}/RECORD"] = ("\n".join(record) + "\n").encode()
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / wheel_name(version)
+    partial = path.with_suffix(".partial")
+    with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as wheel:
+        for name, data in sorted(files.items()):
+            info = zipfile.ZipInfo(name, date_time=_EPOCH)
+            info.external_attr = (0o755 if name.endswith(".so") else 0o644) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            wheel.writestr(info, data, compresslevel=9)
+    os.replace(partial, path)
+    return path
+
+
+def _metadata(version: str) -> str:
+    return (
+        "Metadata-Version: 2.1\n"
+        "Name: ntops-prebuilt\n"
+        f"Version: {version}\n"
+        "Summary: Prebuilt ntops kernels with a torch-compatible API (built by ntops-aot)\n"
+        "Requires-Python: >=3.10\n"
+        # Any torch the service already has: the launcher reads tensors through
+        # torch's Python API only, so no torch ABI is baked in.
+        "Requires-Dist: torch\n"
+    )
+
+
+def _digest(data: bytes) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def _write_atomic(path: pathlib.Path, data: bytes) -> None:
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    partial.write_bytes(data)
+    os.replace(partial, path)
+
+
+def clean(directory: pathlib.Path) -> None:
+    shutil.rmtree(directory, ignore_errors=True)

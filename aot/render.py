@@ -1,0 +1,189 @@
+"""Stage 4: compiled kernels -> the C sources of the extension, from jinja templates.
+
+Templates hold every line of C; this module only turns `CompiledKernel`s into the
+plain values the tables are made of. Rendering is strict: a name a template uses
+and this module does not give fails the build instead of printing nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from collections.abc import Mapping, Sequence
+from importlib import metadata
+
+import jinja2
+from ntops_aot.aot import cexpr
+from ntops_aot.aot.codegen import Arg, assumptions
+from ntops_aot.aot.compile import CompiledKernel
+from ntops_aot.aot.errors import UnsupportedKernel
+from ntops_aot.aot.space import DLPACK, DTYPES
+
+SOURCES = (
+    "ntops.h",
+    "launcher.h",
+    "driver.c",
+    "tensors.c",
+    "shapes.c",
+    "launch.c",
+    "kernels.c",
+    "cubins.S",
+)
+NT_MAX_DIMS = 8  # as in ntops.h
+NT_MAX_ARGS = 8
+NT_MAX_PARAMS = 64
+
+_TYPES = {"i32": "NT_I32", "i64": "NT_I64", "fp32": "NT_F32", "fp64": "NT_F64"}
+_KINDS = {"pointer": "NT_POINTER", "size": "NT_SIZE", "stride": "NT_STRIDE", "scalar": "NT_SCALAR"}
+_COALESCE = {"all": "NT_COALESCE_ALL", "leading": "NT_COALESCE_LEADING", "none": "NT_COALESCE_NONE"}
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupDef:
+    """An op with its switches set, as the runtime addresses it (`gelu-approximate=tanh`)."""
+
+    key: str
+    op: str
+    coalesce: str
+
+
+def environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("ntops_aot.aot", "templates"),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def render_extension(
+    kernels: Sequence[CompiledKernel],
+    groups: Sequence[GroupDef],
+    cubin_paths: Mapping[str, pathlib.Path],
+) -> dict[str, str]:
+    """The extension's sources by file name; `cubin_paths` maps kernel ids to files."""
+    dtypes = [
+        {"torch_name": name, "dlpack": DLPACK[short][0] | DLPACK[short][1] << 8 | 1 << 16}
+        for short, name in DTYPES.items()
+    ]
+    dtype_index = {short: index for index, short in enumerate(DTYPES)}
+    by_group: dict[str, list[CompiledKernel]] = {group.key: [] for group in groups}
+    for kernel in kernels:
+        by_group[kernel.variant.group].append(kernel)
+
+    ordered: list[CompiledKernel] = []
+    group_values = []
+    for group in groups:
+        members = sorted(
+            by_group[group.key],
+            # Stable: within a variant, specs keep codegen's most-specialised-first order.
+            key=lambda k: (k.variant.arch, dtype_index[k.variant.dtype], k.variant.ndim),
+        )
+        args = members[0].args if members else ()
+        group_values.append(
+            {
+                "key": group.key,
+                "op": group.op,
+                "coalesce": _COALESCE[group.coalesce],
+                "args": [_arg(arg, group.coalesce) for arg in args],
+                "first_kernel": len(ordered),
+                "num_kernels": len(members),
+            }
+        )
+        ordered.extend(members)
+
+    grids: dict[str, str] = {}
+    kernel_values = []
+    for index, kernel in enumerate(ordered):
+        expression = _grid(kernel)
+        name = grids.setdefault(expression, f"nt_grid_{len(grids)}")
+        kernel_values.append(_kernel(kernel, index, name, dtype_index, cubin_paths[kernel.id]))
+
+    values = {
+        "version": metadata.version("ntops-aot"),
+        "kernels": kernel_values,
+        "groups": group_values,
+        "grids": [{"name": name, "expression": expr} for expr, name in grids.items()],
+        "dtypes": dtypes,
+    }
+    env = environment()
+    return {name: env.get_template(f"{name}.j2").render(values) for name in SOURCES}
+
+
+def _arg(arg: Arg, coalesce: str) -> dict[str, object]:
+    flags = []
+    if arg.is_tensor:
+        flags.append("NT_TENSOR")
+        if arg.output:
+            flags.append("NT_OUTPUT")
+        if arg.fixed or coalesce == "none":
+            flags.append("NT_FIXED")
+    return {
+        "name": arg.name,
+        "flags": " | ".join(flags) or "0",
+        "ndim": arg.ndim,
+        "type": "NT_PTR" if arg.is_tensor else _TYPES[arg.dtype],
+    }
+
+
+def _position(arg: Arg, dim: int) -> int:
+    """Where the launcher stores `dim` of this argument (NT_DIM in ntops.h)."""
+    return NT_MAX_DIMS - arg.ndim + dim
+
+
+def _grid(kernel: CompiledKernel) -> str:
+    names = {
+        param.name: f"NT_SIZE(call, {param.arg}, {_position(kernel.args[param.arg], param.dim)})"
+        for param in kernel.params
+        if param.kind == "size"
+    }
+    return cexpr.to_c(kernel.grid, names)
+
+
+def _kernel(
+    kernel: CompiledKernel,
+    index: int,
+    grid: str,
+    dtype_index: Mapping[str, int],
+    cubin: pathlib.Path,
+) -> dict[str, object]:
+    needs = {"unit": 0, "size16": 0, "stride16": 0, "aligned": 0}
+    for fact in assumptions(kernel.spec, kernel.args):
+        if fact.kind == "aligned":
+            needs["aligned"] |= 1 << fact.arg
+        else:
+            bit = fact.arg * NT_MAX_DIMS + _position(kernel.args[fact.arg], fact.dim)
+            needs[fact.kind] |= 1 << bit
+    params = []
+    for param, type_ in zip(kernel.params, kernel.types, strict=True):
+        arg = kernel.args[param.arg]
+        params.append(
+            {
+                "kind": _KINDS[param.kind],
+                "arg": param.arg,
+                "dim": _position(arg, param.dim) if param.dim >= 0 else 0,
+                "type": "NT_PTR" if type_.startswith("*") else _TYPES[type_],
+            }
+        )
+    if len(kernel.args) > NT_MAX_ARGS or len(params) + kernel.scratch_params > NT_MAX_PARAMS:
+        raise UnsupportedKernel(
+            f"{kernel.id}: {len(kernel.args)} arguments and {len(params)} parameters; the "
+            f"launcher takes at most {NT_MAX_ARGS} and {NT_MAX_PARAMS}"
+        )
+    return {
+        "id": kernel.id,
+        "function": kernel.function,
+        "symbol": f"nt_cubin_{index}",
+        "path": str(cubin),
+        "capability": int(kernel.variant.arch.removeprefix("sm_")),
+        "exact": int(kernel.target.endswith("a")),
+        "dtype": dtype_index[kernel.variant.dtype],
+        "ndim": kernel.variant.ndim,
+        "width": kernel.spec.width,
+        "num_warps": kernel.num_warps,
+        "shared": kernel.shared,
+        "needs": needs,
+        "grid": grid,
+        "params": params,
+        "num_scratch": kernel.scratch_params,
+    }

@@ -1,0 +1,14 @@
+import torch
+from ntops_prebuilt import _C
+
+
+def preload(device=None):
+    """Load every kernel module this wheel has for `device` (default: the current CUDA
+    device) and return how many. Calls load lazily otherwise; preloading moves that
+    cost to start-up and must precede CUDA graph capture."""
+    if device is None:
+        return _C.preload(torch.cuda.current_device())
+    device = torch.device(device)
+    if device.type != "cuda":
+        raise ValueError(f"preload: {device} is not a CUDA device")
+    return _C.preload(torch.cuda.current_device() if device.index is None else device.index)

@@ -1,0 +1,131 @@
+"""The vocabulary of a build: what an op can be built as, and the ids users see.
+
+A kernel file declares its `SPACE` (dtypes, ndims, op switches and how the runtime
+calls it). Enumeration crosses it with the target arches into `Variant`s, the unit a
+user lists, selects and builds (`rms_norm-sm_90-fp16-nd3`). Each variant is compiled
+into a few `Spec`ializations (32/64-bit indexing, unit strides, 16-byte alignment)
+among which the runtime picks per call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+# Short dtype names are what users type (`--dtypes fp16`) and what ids show; the
+# values are the names of the same dtypes in torch and in ninetoothed.
+DTYPES: Mapping[str, str] = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
+FLOATS = ("fp16", "bf16", "fp32")
+# DLPack's (type code, bits) for each: how the launcher recognises a torch tensor's dtype.
+DLPACK: Mapping[str, tuple[int, int]] = {"fp16": (2, 16), "bf16": (4, 16), "fp32": (2, 32)}
+
+COALESCE_MODES = ("all", "leading", "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class VariantSpace:
+    """What one op can be built as, and how the runtime hands it tensors.
+
+    `coalesce` says which dims of the non-`fixed` tensors the runtime may merge:
+    "all" (element-wise ops), "leading" (all but the last, row-wise reductions)
+    or "none". `unit_dims` names, per tensor parameter, the dims that may be
+    specialised to stride 1 (default: the last one). `switch_dtypes` limits a
+    switch to some dtypes: for the others only its first value is built.
+    """
+
+    dtypes: tuple[str, ...]
+    ndims: tuple[int, ...]
+    switches: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    switch_dtypes: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    coalesce: str = "all"
+    fixed: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ("output",)
+    unit_dims: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = set(self.dtypes) - set(DTYPES)
+        if unknown:
+            raise ValueError(f"unknown dtypes {sorted(unknown)}; known: {sorted(DTYPES)}")
+        if self.coalesce not in COALESCE_MODES:
+            raise ValueError(f"coalesce must be one of {COALESCE_MODES}, not {self.coalesce!r}")
+        if set(self.switch_dtypes) - set(self.switches):
+            raise ValueError("switch_dtypes names a switch that is not in switches")
+
+    def switch_choices(self, dtype: str) -> list[tuple[tuple[str, str], ...]]:
+        """Every combination of switch values built for `dtype`, in declared order."""
+        combos: list[tuple[tuple[str, str], ...]] = [()]
+        for name, values in self.switches.items():
+            if dtype not in self.switch_dtypes.get(name, (dtype,)):
+                values = values[:1]
+            combos = [(*combo, (name, value)) for combo in combos for value in values]
+        return combos
+
+    def all_switch_choices(self) -> list[tuple[tuple[str, str], ...]]:
+        """Every combination of switch values built for some dtype."""
+        seen: dict[tuple[tuple[str, str], ...], None] = {}
+        for dtype in self.dtypes:
+            seen.update(dict.fromkeys(self.switch_choices(dtype)))
+        return list(seen)
+
+
+def group_key(op: str, switches: tuple[tuple[str, str], ...]) -> str:
+    """`gelu-approximate=tanh`: how the runtime names an op with its switches set."""
+    return "-".join([op, *(f"{name}={value}" for name, value in switches)])
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class Variant:
+    """One op built for one arch, dtype, ndim and set of switch values."""
+
+    op: str
+    arch: str
+    dtype: str
+    ndim: int
+    switches: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def id(self) -> str:
+        return "-".join(
+            [self.op, self.arch, self.dtype, f"nd{self.ndim}"]
+            + [f"{name}={value}" for name, value in self.switches]
+        )
+
+    @property
+    def group(self) -> str:
+        return group_key(self.op, self.switches)
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """The assumptions one compiled kernel of a variant makes about its arguments.
+
+    `width` is the integer type of sizes and strides (32, or 64 for tensors whose
+    offsets overflow int32). `unit` lists, per tensor argument in order, the dim
+    whose stride is compiled as the constant 1 (None: no such dim). `aligned`
+    adds 16-byte aligned pointers, unit dims' sizes divisible by 16 and other
+    strides divisible by 16, which lets Triton emit 128-bit loads.
+    """
+
+    width: int
+    unit: tuple[int | None, ...] = ()
+    aligned: bool = False
+
+    @property
+    def name(self) -> str:
+        parts = [f"i{self.width}"]
+        if any(dim is not None for dim in self.unit):
+            parts.append("u" + "".join("x" if dim is None else str(dim) for dim in self.unit))
+        if self.aligned:
+            parts.append("a16")
+        return "-".join(parts)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Launch choices for one variant: `premake` keyword arguments (block sizes) and
+    Triton's `num_warps`/`num_stages`. None leaves the choice to ninetoothed's
+    defaults for the target."""
+
+    premake: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    num_warps: int | None = None
+    num_stages: int | None = None

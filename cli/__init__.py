@@ -1,0 +1,1 @@
+"""The `ntops-aot` command: a thin click adapter over ntops_aot.aot."""

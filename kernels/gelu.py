@@ -1,0 +1,34 @@
+"""gelu: exact (erf) or tanh-approximated (torch.nn.functional.gelu)."""
+
+import functools
+
+import ninetoothed.language as ntl
+from ninetoothed import Tensor
+from ninetoothed.language import libdevice
+from ntops_aot.aot.space import FLOATS, VariantSpace
+from ntops_aot.kernels import element_wise
+
+SPACE = VariantSpace(dtypes=FLOATS, ndims=(1, 2, 3, 4), switches={"approximate": ("none", "tanh")})
+
+arrangement = element_wise.arrangement
+
+
+def application_none(input, output):
+    x = ntl.cast(input, ntl.float32)
+    output = 0.5 * x * (1.0 + ntl.erf(x * 0.7071067811865476))  # noqa: F841
+
+
+def application_tanh(input, output):
+    x = ntl.cast(input, ntl.float32)
+    inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+    output = 0.5 * x * (1.0 + libdevice.tanh(inner))  # noqa: F841
+
+
+def config(arch, dtype):
+    return element_wise.CONFIG
+
+
+def premake(ndim, dtype, approximate="none", block_size=element_wise.BLOCK_SIZE):
+    application = {"none": application_none, "tanh": application_tanh}[approximate]
+    tensors = (Tensor(ndim, dtype=dtype), Tensor(ndim, dtype=dtype))
+    return functools.partial(arrangement, block_size=block_size), application, tensors

@@ -1,0 +1,29 @@
+"""Shared tiling of row-wise reductions over the last dim.
+
+Each program owns one row and sees it as `num_blocks` tiles of `block_size`
+elements, so one compiled kernel serves every row length: the runtime merges the
+leading dims, and an AOT build cannot specialise on the row length as a JIT would.
+"""
+
+from ntops_aot.aot.space import Config
+
+# 1024 elements per tile, 4 warps: a row of 8192 fp16 is 8 iterations of 16-byte loads.
+BLOCK_SIZE = 1024
+CONFIG = Config(num_warps=4, num_stages=2)
+
+
+def arrange_rows(tensor, block_size=BLOCK_SIZE):
+    """(*rows, n) -> one program per row, seeing (num_blocks,) tiles of (block_size,)."""
+    leading = tensor.ndim - 1
+    arranged = tensor.tile((1,) * leading + (block_size,)).tile((1,) * leading + (-1,))
+    arranged.dtype = arranged.dtype.squeeze(tuple(range(leading)))
+    arranged.dtype.dtype = arranged.dtype.dtype.squeeze(tuple(range(leading)))
+    return arranged
+
+
+def arrange_vector(vector, rows, block_size=BLOCK_SIZE):
+    """A (n,) vector read by every row of `rows` (the result of `arrange_rows`)."""
+    arranged = vector.tile((block_size,)).tile((-1,))
+    for _ in range(rows.ndim - 1):
+        arranged = arranged.unsqueeze(0)
+    return arranged.expand((*tuple(rows.shape[:-1]), -1))

@@ -1,0 +1,66 @@
+"""Tensors laid out to meet (or miss) exactly the assumptions of one kernel spec.
+
+A spec name reads `i32-u101-a16`: 32-bit indexing; per tensor argument the dim of
+unit stride (x: none); 16-byte aligned pointers with sizes and strides divisible
+by 16. Dims are padded apart so that the launcher cannot merge them: a view built
+for ndim n runs an n-dim kernel.
+"""
+
+import dataclasses
+
+import torch
+
+WIDE = 2**31 + 64  # a stride past int32: the launcher must pick 64-bit indexing
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    width: int
+    unit: tuple  # per tensor argument: dim or None
+    aligned: bool
+
+    @classmethod
+    def parse(cls, name, num_tensors):
+        parts = name.split("-")
+        unit = (None,) * num_tensors
+        for part in parts[1:]:
+            if part.startswith("u"):
+                unit = tuple(None if c == "x" else int(c) for c in part[1:])
+        return cls(int(parts[0][1:]), unit, "a16" in parts)
+
+
+def strided(shape, dtype, *, unit, aligned, wide=False, device="cuda"):
+    """A random tensor of `shape` whose dim `unit` (or none) has stride 1, whose other
+    dims are padded so that no two merge, and whose pointer is 16-byte aligned or not.
+    `wide` puts 2^31 elements between the two entries of the outermost dim."""
+    ndim = len(shape)
+    if wide:
+        outer = ([d for d in range(ndim) if d != unit] or [unit])[0]
+        shape = tuple(2 if d == outer else size for d, size in enumerate(shape))
+    order = [d for d in range(ndim) if d != unit] + ([unit] if unit is not None else [])
+    strides = [0] * ndim
+    step = 1 if unit is not None else 2
+    for position, dim in enumerate(reversed(order)):
+        if position == 0:
+            strides[dim] = step
+            continue
+        inner = order[len(order) - position]
+        step = strides[inner] * shape[inner] + (16 if aligned else 1)
+        if aligned:
+            step = -(-step // 16) * 16
+        strides[dim] = step
+    if wide:
+        strides[outer] = WIDE if not aligned else -(-WIDE // 16) * 16
+    offset = 0 if aligned else 1
+    span = (
+        offset + sum((size - 1) * stride for size, stride in zip(shape, strides, strict=False)) + 1
+    )
+    storage = torch.empty(span, dtype=dtype, device=device)
+    view = storage.as_strided(shape, strides, offset)
+    view.copy_(torch.randn(shape, device=device).to(dtype))
+    return view
+
+
+def assert_kernel(nt, expected):
+    ran = nt._C.last_kernel()
+    assert ran == expected, f"expected {expected} to run, {ran} ran"

@@ -1,0 +1,70 @@
+"""CPU suite: runs anywhere, CI included. One small wheel is built per session and
+installed into a folder on sys.path, so the launcher's logic (coalescing, kernel
+choice, errors) is exercised through `_C.plan` without a GPU."""
+
+import pathlib
+import subprocess
+import sys
+
+import pytest
+from ntops_aot.aot import build as pipeline
+
+# Two arches, three kernel families, both index widths: enough to exercise every
+# path of the launcher, small enough to compile in about a minute on two cores.
+SMALL = pipeline.BuildOptions(
+    arches=("sm_80", "sm_90"),
+    ops=("add", "softmax", "mm"),
+    dtypes=("fp16",),
+    ndims=(1, 2),
+)
+
+
+@pytest.fixture(scope="session")
+def build_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("generated")
+
+
+@pytest.fixture(scope="session")
+def registry(build_dir):
+    from ntops_aot.aot import ops
+
+    return ops.discover(build_dir)
+
+
+@pytest.fixture(scope="session")
+def small_build(build_dir, tmp_path_factory):
+    options = pipeline.BuildOptions(
+        **{
+            **SMALL.__dict__,
+            "build_dir": build_dir,
+            "out_dir": tmp_path_factory.mktemp("dist"),
+            "jobs": 2,
+        }
+    )
+    return pipeline.build(options)
+
+
+@pytest.fixture(scope="session")
+def installed(small_build, tmp_path_factory):
+    """The small wheel, installed the way the deployment story does it."""
+    target = tmp_path_factory.mktemp("site")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            "--target",
+            str(target),
+            str(small_build.wheel),
+        ],
+        check=True,
+    )
+    sys.path.insert(0, str(target))
+    import ntops_prebuilt
+
+    assert pathlib.Path(ntops_prebuilt.__file__).is_relative_to(target)
+    return ntops_prebuilt

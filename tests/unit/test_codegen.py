@@ -1,0 +1,101 @@
+"""Stage 2: premake -> Triton source, with the target's properties, on a CPU."""
+
+import ast
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from ntops_aot.aot import codegen, toolchain
+from ntops_aot.aot.space import Config, Variant
+from ntops_aot.aot.targets import TARGETS
+
+
+def generate(registry, variant, config=None):
+    toolchain.use_target(TARGETS[variant.arch])
+    op = registry[variant.op]
+    return codegen.generate(op, variant, config or op.config(variant))
+
+
+def test_parameters_map_to_arguments(registry):
+    kernels = generate(registry, Variant("add", "sm_90", "fp16", 2))
+    assert [k.spec.name for k in kernels] == ["i32-u111-a16", "i32-u111", "i32", "i64"]
+    params = kernels[0].params
+    names = [arg.name for arg in kernels[0].args]
+    assert names == ["input", "other", "alpha", "output"]
+    described = {(p.kind, names[p.arg], p.dim) for p in params}
+    assert ("pointer", "input", -1) in described
+    assert ("stride", "output", 1) in described
+    assert ("scalar", "alpha", -1) in described
+    assert len(params) == 3 * (1 + 2 + 2) + 1
+
+
+def test_specs_compile_unit_strides_as_constants(registry):
+    aligned, unit, generic, wide = generate(registry, Variant("add", "sm_90", "fp32", 1))
+    assert aligned.signature.count("constexpr") == 3
+    assert generic.signature.count("constexpr") == 0
+    assert set(wide.signature) >= {"i64", "*fp32", "fp32"}
+    assert "i32" not in wide.signature
+    assert len(aligned.divisible) == 6  # three pointers and three sizes
+    assert unit.divisible == ()
+
+
+def test_64_bit_kernels_compute_offsets_in_64_bits(registry):
+    generic, wide = generate(registry, Variant("add", "sm_90", "fp32", 1))[2:]
+    assert "program_id(0).to(triton.language.int64)" in wide.source
+    assert "program_id(0).to(" not in generic.source
+    ast.parse(wide.source)
+
+
+def test_defaults_follow_the_target_not_the_host(registry):
+    """ninetoothed sizes its pipeline from the shared memory it is told about."""
+    variant = Variant("softmax", "sm_86", "fp16", 2)
+    small = generate(registry, variant, Config())[0]
+    large = generate(registry, Variant("softmax", "sm_90", "fp16", 2), Config())[0]
+    assert small.num_stages == TARGETS["sm_86"].max_shared_mem // 2**15 == 3
+    assert large.num_stages == TARGETS["sm_90"].max_shared_mem // 2**15 == 7
+
+
+def test_grids_are_expressions_over_sizes(registry):
+    kernel = generate(registry, Variant("mm", "sm_90", "fp16", 2, (("fp32_precision", "tf32"),)))[0]
+    names = {node.id for node in ast.walk(ast.parse(kernel.grid)) if isinstance(node, ast.Name)}
+    sizes = {p.name for p in kernel.params if p.kind == "size"}
+    assert names
+    assert names <= sizes
+
+
+def test_generation_is_deterministic(registry):
+    variant = Variant("rms_norm", "sm_90", "bf16", 3, (("weight", "given"),))
+    first, second = generate(registry, variant), generate(registry, variant)
+    assert [k.source for k in first] == [k.source for k in second]
+
+
+def test_building_leaves_the_home_directory_alone(tmp_path):
+    """ninetoothed makes ~/.ninetoothed on import; builds keep it out of HOME."""
+    home = tmp_path / "home"
+    home.mkdir()
+    script = (
+        "import pathlib\n"
+        "from ntops_aot.aot import build\n"
+        "options = build.BuildOptions(\n"
+        "    arches=('sm_90',), ops=('gelu',), dtypes=('fp32',), ndims=(1,),\n"
+        f"    build_dir=pathlib.Path({str(tmp_path / 'gen')!r}),\n"
+        f"    out_dir=pathlib.Path({str(tmp_path / 'dist')!r}),\n"
+        ")\n"
+        "print(build.build(options).wheel)\n"
+    )
+    env = dict(os.environ, HOME=str(home))
+    env.pop("TRITON_CACHE_DIR", None)
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, capture_output=True)
+    assert list(home.iterdir()) == []
+    assert (tmp_path / "gen" / "toolchain" / "triton").is_dir()
+
+
+@pytest.mark.parametrize("arch", sorted(TARGETS))
+def test_every_target_describes_itself_to_triton(arch):
+    driver = toolchain.use_target(TARGETS[arch])
+    properties = driver.utils.get_device_properties(driver.get_current_device())
+    assert properties["max_shared_mem"] == TARGETS[arch].max_shared_mem
+    assert driver.get_current_target().arch == TARGETS[arch].capability
+    json.dumps(properties)

@@ -1,0 +1,113 @@
+"""Stage 3: cubins for the target arch, compiled on a machine with no GPU."""
+
+import pathlib
+import re
+import subprocess
+
+import pytest
+from ntops_aot.aot import codegen, toolchain
+from ntops_aot.aot.codegen import Arg, GeneratedKernel, Param
+from ntops_aot.aot.compile import compile_kernel
+from ntops_aot.aot.errors import CompileError
+from ntops_aot.aot.space import Spec, Variant
+from ntops_aot.aot.targets import TARGETS
+
+
+def cuobjdump(*args):
+    import triton
+
+    tool = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    return subprocess.run([str(tool), *args], capture_output=True, text=True, check=True).stdout
+
+
+def compiled(registry, variant):
+    toolchain.use_target(TARGETS[variant.arch])
+    op = registry[variant.op]
+    return [compile_kernel(k) for k in codegen.generate(op, variant, op.config(variant))]
+
+
+@pytest.mark.parametrize(("arch", "target"), [("sm_80", "sm_80"), ("sm_90", "sm_90a")])
+def test_cubins_are_for_the_target_arch(registry, tmp_path, arch, target):
+    kernels = compiled(registry, Variant("add", arch, "fp16", 1))
+    for kernel in kernels:
+        assert kernel.target == target
+        assert kernel.cubin[:4] == b"\x7fELF"
+        path = tmp_path / f"{kernel.sha256}.cubin"
+        path.write_bytes(kernel.cubin)
+        sass = cuobjdump("-sass", str(path))
+        assert f"code for {target}" in sass
+        assert f"Function : {kernel.function}" in sass
+        # Every runtime parameter plus Triton's trailing scratch pointers, no more.
+        elf = cuobjdump("-elf", str(path))
+        assert (
+            len(re.findall(r"EIATTR_KPARAM_INFO", elf))
+            == len(kernel.params) + kernel.scratch_params
+        )
+
+
+def test_constants_leave_the_parameter_list(registry):
+    aligned, _, generic, _ = compiled(registry, Variant("softmax", "sm_90", "fp32", 2))
+    assert len(generic.params) - len(aligned.params) == 2  # the two row strides of 1
+    assert all(p.kind != "stride" or p.dim != 1 for p in aligned.params)
+    assert aligned.types[0] == "*fp32"
+
+
+def test_matmul_tiles_need_dynamic_shared_memory(registry):
+    kernel = compiled(registry, Variant("mm", "sm_90", "bf16", 2, (("fp32_precision", "tf32"),)))[0]
+    assert kernel.shared > 48 * 1024  # the launcher must opt in above 48 KiB
+    assert kernel.num_warps == 8
+
+
+DESCRIPTOR_KERNEL = """import triton
+import triton.language
+
+@triton.jit
+def ntops_descriptor(x_pointer, n):
+    tile = triton.language.make_tensor_descriptor(
+        x_pointer, shape=[n], strides=[1], block_shape=[64]
+    )
+    tile.store([0], tile.load([0]) + 1)
+"""
+
+
+def test_kernels_needing_global_scratch_fail_the_build_clearly(build_dir):
+    toolchain.load(build_dir)
+    toolchain.use_target(TARGETS["sm_90"])
+    kernel = GeneratedKernel(
+        variant=Variant("descriptor", "sm_90", "fp32", 1),
+        spec=Spec(32),
+        args=(Arg("x", 1, "fp32"),),
+        source=DESCRIPTOR_KERNEL,
+        function="ntops_descriptor",
+        params=(Param("x_pointer", "pointer", 0), Param("n", "size", 0, 0)),
+        signature=("*fp32", "i32"),
+        divisible=(0, 1),
+        grid="n",
+        num_warps=4,
+        num_stages=1,
+    )
+    with pytest.raises(CompileError, match="bytes of global scratch memory") as caught:
+        compile_kernel(kernel)
+    assert caught.value.kernel_id == "descriptor-sm_90-fp32-nd1/i32"
+    assert "ntops-aot build --arch sm_90 --ops descriptor" in str(caught.value)
+
+
+def test_triton_errors_name_the_kernel(build_dir):
+    toolchain.load(build_dir)
+    toolchain.use_target(TARGETS["sm_80"])
+    broken = DESCRIPTOR_KERNEL.replace("tile.load([0]) + 1", "undefined_name")
+    kernel = GeneratedKernel(
+        variant=Variant("broken", "sm_80", "fp32", 1),
+        spec=Spec(32),
+        args=(Arg("x", 1, "fp32"),),
+        source=broken,
+        function="ntops_descriptor",
+        params=(Param("x_pointer", "pointer", 0), Param("n", "size", 0, 0)),
+        signature=("*fp32", "i32"),
+        divisible=(),
+        grid="n",
+        num_warps=4,
+        num_stages=1,
+    )
+    with pytest.raises(CompileError, match="broken-sm_80-fp32-nd1/i32: Triton failed"):
+        compile_kernel(kernel)

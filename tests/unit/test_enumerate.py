@@ -1,0 +1,67 @@
+"""Stage 1: the variant space of every op, crossed with arches and filters."""
+
+import pytest
+from ntops_aot.aot import enumerate as enumeration
+from ntops_aot.aot.errors import UsageError
+from ntops_aot.aot.space import Spec, Variant, VariantSpace
+from ntops_aot.aot.targets import TARGETS
+
+
+def test_every_kernel_file_is_an_op(registry):
+    assert set(registry) == {"add", "gelu", "mm", "mul", "rms_norm", "softmax"}
+
+
+def test_variant_ids_name_op_arch_dtype_ndim_and_switches():
+    assert Variant("rms_norm", "sm_90", "fp16", 3).id == "rms_norm-sm_90-fp16-nd3"
+    variant = Variant("gelu", "sm_80", "bf16", 2, (("approximate", "tanh"),))
+    assert variant.id == "gelu-sm_80-bf16-nd2-approximate=tanh"
+    assert variant.group == "gelu-approximate=tanh"
+
+
+def test_spec_names():
+    assert Spec(32, (1, 0, 1), aligned=True).name == "i32-u101-a16"
+    assert Spec(32, (None, 1)).name == "i32-ux1"
+    assert Spec(64).name == "i64"
+
+
+def test_counts_per_op(registry):
+    counts = {name: len(enumeration.variants(registry, [name], ["sm_90"])) for name in registry}
+    # dtypes x ndims x switch values; mm's precision switch only multiplies fp32.
+    assert counts == {"add": 12, "mul": 12, "gelu": 24, "softmax": 6, "rms_norm": 12, "mm": 4}
+
+
+def test_filters_and_arches(registry):
+    found = enumeration.variants(registry, ["add", "mm"], ["sm_80", "sm_90"], ["fp16"], [1, 2])
+    assert [v.id for v in found] == [
+        "add-sm_80-fp16-nd1",
+        "add-sm_80-fp16-nd2",
+        "add-sm_90-fp16-nd1",
+        "add-sm_90-fp16-nd2",
+        "mm-sm_80-fp16-nd2-fp32_precision=tf32",
+        "mm-sm_90-fp16-nd2-fp32_precision=tf32",
+    ]
+
+
+def test_selection_by_name_glob_and_all(registry):
+    assert enumeration.select_ops(registry, ["soft*", "add"]) == ["add", "softmax"]
+    assert enumeration.select_ops(registry, ["all"]) == sorted(registry)
+    assert enumeration.select_arches(["all"]) == list(TARGETS)
+    assert enumeration.select_arches(["sm_90", "sm_80"]) == ["sm_80", "sm_90"]
+
+
+def test_unknown_names_list_what_exists(registry):
+    with pytest.raises(UsageError, match="ops: add, gelu, mm, mul, rms_norm, softmax"):
+        enumeration.select_ops(registry, ["conv"])
+    with pytest.raises(UsageError, match="arches: sm_80, sm_86, sm_89, sm_90, sm_100, sm_120"):
+        enumeration.select_arches(["sm_75"])
+    with pytest.raises(UsageError, match="dtypes: fp16, bf16, fp32"):
+        enumeration.variants(registry, ["add"], ["sm_90"], ["fp64"])
+    with pytest.raises(UsageError, match="nothing to build"):
+        enumeration.variants(registry, ["mm"], ["sm_90"], None, [3])
+
+
+def test_spaces_validate_themselves():
+    with pytest.raises(ValueError, match="unknown dtypes"):
+        VariantSpace(dtypes=("fp8",), ndims=(1,))
+    with pytest.raises(ValueError, match="coalesce"):
+        VariantSpace(dtypes=("fp16",), ndims=(1,), coalesce="some")

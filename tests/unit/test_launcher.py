@@ -1,0 +1,192 @@
+"""The launcher's choices, without a GPU: `_C.plan` runs a call up to the launch
+(reading, checking, coalescing, choosing the kernel, packing its parameters) and
+reports what it would launch on a device of the given compute capability."""
+
+import pytest
+import torch
+
+H = torch.float16
+
+
+@pytest.fixture(params=["dlpack", "python"], autouse=True)
+def tensor_api(request, installed):
+    """Every test runs twice: tensors read through DLPack's C exchange API and
+    through torch's Python API."""
+    previous = installed._C._force_python_api(request.param == "python")
+    yield request.param
+    installed._C._force_python_api(previous)
+
+
+@pytest.fixture
+def plan(installed):
+    def plan(key, capability, *args):
+        return installed._C.plan(installed._C.group(key), capability, *args)
+
+    return plan
+
+
+def add(plan, x, y, out, capability=90, alpha=1.0):
+    return plan("add", capability, x, y, alpha, out)
+
+
+def test_contiguous_tensors_of_any_ndim_run_the_one_dim_kernel(plan):
+    x, y, out = (torch.randn(6, 42, 123, dtype=H) for _ in range(3))
+    chosen = add(plan, x, y, out)
+    assert chosen["kernel"] == "add-sm_90-fp16-nd1/i32-u000"  # 30996 elements: not a multiple of 16
+    assert chosen["ndim"] == 1
+    assert chosen["grid"] == -(-6 * 42 * 123 // 1024)
+    assert chosen["params"] == [
+        x.data_ptr(),
+        30996,
+        y.data_ptr(),
+        30996,
+        out.data_ptr(),
+        30996,
+        1.0,
+    ]
+
+
+def test_aligned_sizes_get_the_vectorised_kernel(plan):
+    x, y, out = (torch.randn(4, 64, 128, dtype=H) for _ in range(3))
+    assert add(plan, x, y, out)["kernel"] == "add-sm_90-fp16-nd1/i32-u000-a16"
+
+
+def test_unaligned_pointers_miss_the_vectorised_kernel(plan):
+    x, y, out = (torch.randn(4097, dtype=H)[1:] for _ in range(3))
+    assert add(plan, x, y, out)["kernel"] == "add-sm_90-fp16-nd1/i32-u000"
+
+
+def test_views_dense_in_another_order_still_merge(plan):
+    x, y, out = (torch.randn(64, 32, 16, dtype=H).permute(2, 0, 1) for _ in range(3))
+    assert add(plan, x, y, out)["kernel"] == "add-sm_90-fp16-nd1/i32-u000-a16"
+
+
+def test_strided_views_keep_their_dims(plan):
+    x, y, out = (torch.randn(64, 256, dtype=H)[:, ::2] for _ in range(3))
+    assert add(plan, x, y, out)["kernel"] == "add-sm_90-fp16-nd1/i32"  # stride 2 throughout
+    x, y, out = (torch.randn(64, 256, dtype=H)[:, ::2][:, :100] for _ in range(3))
+    chosen = add(plan, x, y, out)
+    assert chosen["kernel"] == "add-sm_90-fp16-nd2/i32"
+    assert chosen["params"][:5] == [x.data_ptr(), 64, 100, 256, 2]
+    x, y, out = (torch.randn(64, 256, dtype=H)[:, 1:101] for _ in range(3))
+    assert add(plan, x, y, out)["kernel"] == "add-sm_90-fp16-nd2/i32-u111"
+
+
+def test_broadcasting_uses_stride_zero_without_copies(plan):
+    x, bias, out = (
+        torch.randn(64, 128, dtype=H),
+        torch.randn(128, dtype=H),
+        torch.empty(64, 128, dtype=H),
+    )
+    chosen = add(plan, x, bias, out)
+    assert chosen["kernel"] == "add-sm_90-fp16-nd2/i32-u111-a16"
+    # Parameters per tensor: pointer, sizes, then the strides that are not constant 1.
+    assert chosen["params"][4:8] == [bias.data_ptr(), 64, 128, 0]  # the bias's row stride is 0
+    column, row, out = (
+        torch.randn(7, 1, dtype=H),
+        torch.randn(1, 5, dtype=H),
+        torch.empty(7, 5, dtype=H),
+    )
+    assert add(plan, column, row, out)["kernel"] == "add-sm_90-fp16-nd2/i32"
+
+
+def test_offsets_past_int32_take_the_64_bit_kernel(plan):
+    big = torch.empty(2**31 + 5, dtype=H, device="meta")
+    chosen = add(plan, big, big, big)
+    assert chosen["kernel"] == "add-sm_90-fp16-nd1/i64"
+    assert chosen["grid"] == -(-(2**31 + 5) // 1024)
+    rows = torch.empty(2, 2**31, dtype=H, device="meta")[:, :3]  # 6 elements, 2^31 apart
+    assert add(plan, rows, rows, torch.empty(2, 3, dtype=H))["kernel"] == "add-sm_90-fp16-nd2/i64"
+
+
+def test_arches_fall_back_within_a_major_version(plan):
+    x = torch.randn(256, dtype=H)
+    assert add(plan, x, x, x, capability=80)["kernel"].startswith("add-sm_80-")
+    assert add(plan, x, x, x, capability=86)["kernel"].startswith("add-sm_80-")
+    assert add(plan, x, x, x, capability=89)["kernel"].startswith("add-sm_80-")
+    assert add(plan, x, x, x, capability=90)["kernel"].startswith("add-sm_90-")
+
+
+def test_a_gpu_the_wheel_lacks_gets_the_build_command(plan, installed):
+    x = torch.randn(256, dtype=H)
+    # sm_90 cubins are sm_90a: they run on compute capability 9.0 only.
+    with pytest.raises(installed.NotBuiltError, match="sm_100") as caught:
+        add(plan, x, x, x, capability=100)
+    message = str(caught.value)
+    assert "sm_80, sm_90" in message
+    assert "ntops-aot build --arch sm_80,sm_90,sm_100 --ops add,mm,softmax" in message
+
+
+def test_dtypes_the_wheel_lacks(plan, installed):
+    x = torch.randn(256)
+    with pytest.raises(installed.NotBuiltError, match="--dtypes fp16,fp32"):
+        add(plan, x, x, x)
+    x = torch.randn(256, dtype=torch.float64)
+    with pytest.raises(installed.NotBuiltError, match="add takes fp16, bf16, fp32 only"):
+        add(plan, x, x, x)
+
+
+def test_ndims_the_wheel_lacks(plan, installed):
+    x = torch.randn(8, 16, 32, dtype=H)[:, :7, :9]  # three dims that cannot merge
+    with pytest.raises(installed.NotBuiltError, match="--ndims 1,2,3"):
+        add(plan, x, x, torch.empty(8, 7, 9, dtype=H))
+
+
+def test_bad_arguments(plan):
+    x = torch.randn(4, 5, dtype=H)
+    cases = [
+        (ValueError, "broadcast", lambda: add(plan, x, torch.randn(3, 5, dtype=H), x)),
+        (
+            ValueError,
+            "but the inputs broadcast to",
+            lambda: add(plan, x, x, torch.empty(4, 6, dtype=H)),
+        ),
+        (TypeError, "one dtype", lambda: add(plan, x, x.float(), x)),
+        (ValueError, "stride-0", lambda: add(plan, x, x, torch.empty(1, 5, dtype=H).expand(4, 5))),
+        (TypeError, "torch.Tensor", lambda: add(plan, x, [1.0], x)),
+        (TypeError, "number", lambda: add(plan, x, x, x, alpha="2")),
+        (TypeError, "takes 4 arguments", lambda: plan("add", 90, x, x, x)),
+        (TypeError, "output must be given", lambda: add(plan, x, x, None)),
+    ]
+    for error, words, call in cases:
+        with pytest.raises(error, match=words):
+            call()
+
+
+def test_empty_outputs_launch_nothing(plan):
+    empty = torch.empty(0, 7, dtype=H)
+    chosen = add(plan, empty, empty, empty)
+    assert chosen["empty"]
+    assert chosen["grid"] == 0
+
+
+def test_rows_merge_their_leading_dims_only(plan):
+    x = torch.randn(6, 42, 123, dtype=H)
+    chosen = plan("softmax", 90, x, torch.empty_like(x))
+    assert chosen["kernel"] == "softmax-sm_90-fp16-nd2/i32-u11"
+    assert chosen["grid"] == 6 * 42
+    vector = torch.randn(4096, dtype=H)
+    chosen = plan("softmax", 90, vector, torch.empty_like(vector))
+    assert chosen["kernel"] == "softmax-sm_90-fp16-nd2/i32-u11-a16"
+    assert chosen["grid"] == 1
+    transposed = torch.randn(42, 6, 128, dtype=H).transpose(0, 1)
+    assert plan("softmax", 90, transposed, torch.empty_like(transposed))["ndim"] == 2
+
+
+def test_matmul_layouts(plan):
+    a, b, out = (
+        torch.randn(256, 64, dtype=H),
+        torch.randn(64, 512, dtype=H),
+        torch.empty(256, 512, dtype=H),
+    )
+    key = "mm-fp32_precision=tf32"
+    chosen = plan(key, 90, a, b, out)
+    assert chosen["kernel"] == "mm-sm_90-fp16-nd2-fp32_precision=tf32/i32-u111-a16"
+    assert chosen["grid"] == (256 // 128) * (512 // 256)  # 128x256 tiles on Hopper
+    assert plan(key, 80, a, b, out)["grid"] == (256 // 128) * (512 // 128)
+    column_major = b.t().contiguous().t()
+    assert plan(key, 90, a, column_major, out)["kernel"].endswith("/i32-u101-a16")
+    odd = torch.randn(37, 23, dtype=H), torch.randn(23, 29, dtype=H), torch.empty(37, 29, dtype=H)
+    assert plan(key, 90, *odd)["kernel"].endswith("/i32-u111")
+    strided = torch.randn(74, 46, dtype=H)[::2, ::2]
+    assert plan(key, 90, strided, odd[1], odd[2])["kernel"].endswith("/i32")

@@ -1,0 +1,121 @@
+"""Stage 5: a standard abi3 wheel that pip installs next to torch alone."""
+
+import base64
+import csv
+import hashlib
+import io
+import json
+import subprocess
+import sys
+import zipfile
+
+import torch
+from ntops_aot.aot import package
+
+RUNTIME = {"__init__.py", "torch.py", "_errors.py", "_manifest.py", "_preload.py"}
+
+
+def read_wheel(path):
+    with zipfile.ZipFile(path) as wheel:
+        return {name: wheel.read(name) for name in wheel.namelist()}
+
+
+def test_name_tags_and_layout(small_build):
+    wheel = small_build.wheel
+    assert wheel.name == f"ntops_prebuilt-0.1.0-cp310-abi3-{package.platform_tag()}.whl"
+    files = read_wheel(wheel)
+    top = {name.split("/")[0] for name in files}
+    assert top == {"ntops_prebuilt", "ntops_prebuilt-0.1.0.dist-info"}
+    assert {
+        name.split("/")[1] for name in files if name.startswith("ntops_prebuilt/")
+    } == RUNTIME | {
+        "_C.abi3.so",
+        "manifest.json",
+    }
+    text = files["ntops_prebuilt-0.1.0.dist-info/WHEEL"].decode()
+    assert f"Tag: cp310-abi3-{package.platform_tag()}" in text
+    assert "Root-Is-Purelib: false" in text
+    metadata = files["ntops_prebuilt-0.1.0.dist-info/METADATA"].decode()
+    assert [line for line in metadata.splitlines() if line.startswith("Requires-Dist")] == [
+        "Requires-Dist: torch"
+    ]
+
+
+def test_record_lists_every_file_with_its_hash(small_build):
+    files = read_wheel(small_build.wheel)
+    record = files.pop("ntops_prebuilt-0.1.0.dist-info/RECORD").decode()
+    rows = {row[0]: row[1:] for row in csv.reader(io.StringIO(record))}
+    assert rows.pop("ntops_prebuilt-0.1.0.dist-info/RECORD") == ["", ""]
+    assert set(rows) == set(files)
+    for name, (digest, size) in rows.items():
+        expected = base64.urlsafe_b64encode(hashlib.sha256(files[name]).digest()).rstrip(b"=")
+        assert digest == f"sha256={expected.decode()}"
+        assert int(size) == len(files[name])
+
+
+def test_manifest_describes_the_build(small_build, build_dir):
+    files = read_wheel(small_build.wheel)
+    manifest = json.loads(files["ntops_prebuilt/manifest.json"])
+    assert manifest["build"]["arches"] == ["sm_80", "sm_90"]
+    assert manifest["build"]["ops"] == ["add", "mm", "softmax"]
+    assert set(manifest["toolchain"]) == {"ntops-aot", "ninetoothed", "triton", "python", "cc"}
+    assert set(manifest["ops"]) == {"add", "gelu", "mm", "mul", "rms_norm", "softmax"}
+    library = files["ntops_prebuilt/_C.abi3.so"]
+    kernels = [k for variant in manifest["variants"] for k in variant["kernels"]]
+    assert len(kernels) == len(small_build.kernels)
+    for kernel in kernels:
+        cubin = (build_dir / "cubins" / f"{kernel['cubin_sha256']}.cubin").read_bytes()
+        assert hashlib.sha256(cubin).hexdigest() == kernel["cubin_sha256"]
+        assert cubin in library  # embedded, byte for byte
+        assert kernel["target"] in ("sm_80", "sm_90a")
+
+
+def test_extension_exports_only_its_init(small_build, tmp_path):
+    library = tmp_path / "_C.abi3.so"
+    library.write_bytes(read_wheel(small_build.wheel)["ntops_prebuilt/_C.abi3.so"])
+    symbols = subprocess.run(
+        ["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert [s for s in symbols if s.startswith(("Py", "nt_"))] == ["PyInit__C"]
+    needed = subprocess.run(["readelf", "-d", str(library)], capture_output=True, text=True).stdout
+    assert "libcuda" not in needed  # dlopened at the first launch
+
+
+FRESH_CHECK = """
+import inspect, sys, torch
+import ntops_prebuilt as nt
+assert "triton" not in sys.modules and "ninetoothed" not in sys.modules
+try:
+    import triton
+except ImportError:
+    pass
+else:
+    raise SystemExit("triton is importable")
+assert str(inspect.signature(nt.add)) == "(input, other, *, alpha=1, out=None)"
+x = torch.ones(3)
+try:
+    nt.add(x, x)
+except TypeError as error:
+    assert "expected CUDA tensors" in str(error), error
+else:
+    raise SystemExit("no error for CPU tensors")
+print("ok", len(nt.manifest()["variants"]))
+"""
+
+
+def test_installs_into_a_fresh_venv_with_torch_only(small_build, tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    version = torch.__version__
+    subprocess.run([python, "-m", "pip", "install", "-q", f"torch=={version}"], check=True)
+    subprocess.run([python, "-m", "pip", "install", "-q", str(small_build.wheel)], check=True)
+    listed = subprocess.run(
+        [python, "-m", "pip", "list", "--format=json"], capture_output=True, text=True, check=True
+    )
+    names = {entry["name"].lower() for entry in json.loads(listed.stdout)}
+    assert "ntops-prebuilt" in names
+    assert not names & {"triton", "ninetoothed", "ntops-aot"}
+    run = subprocess.run([python, "-c", FRESH_CHECK], capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("ok")
