@@ -15,7 +15,6 @@ import json
 import os
 import pathlib
 import platform
-import shutil
 import subprocess
 import sysconfig
 import zipfile
@@ -189,7 +188,3 @@ def _write_atomic(path: pathlib.Path, data: bytes) -> None:
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     partial.write_bytes(data)
     os.replace(partial, path)
-
-
-def clean(directory: pathlib.Path) -> None:
-    shutil.rmtree(directory, ignore_errors=True)

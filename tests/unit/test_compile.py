@@ -70,22 +70,27 @@ def ntops_descriptor(x_pointer, n):
 """
 
 
-def test_kernels_needing_global_scratch_fail_the_build_clearly(build_dir):
+def handwritten(build_dir, name, arch, source, divisible):
+    """A one-tensor kernel written directly in Triton, bypassing codegen."""
     toolchain.load(build_dir)
-    toolchain.use_target(TARGETS["sm_90"])
-    kernel = GeneratedKernel(
-        variant=Variant("descriptor", "sm_90", "fp32", 1),
+    toolchain.use_target(TARGETS[arch])
+    return GeneratedKernel(
+        variant=Variant(name, arch, "fp32", 1),
         spec=Spec(32),
         args=(Arg("x", 1, "fp32"),),
-        source=DESCRIPTOR_KERNEL,
+        source=source,
         function="ntops_descriptor",
         params=(Param("x_pointer", "pointer", 0), Param("n", "size", 0, 0)),
         signature=("*fp32", "i32"),
-        divisible=(0, 1),
+        divisible=divisible,
         grid="n",
         num_warps=4,
         num_stages=1,
     )
+
+
+def test_kernels_needing_global_scratch_fail_the_build_clearly(build_dir):
+    kernel = handwritten(build_dir, "descriptor", "sm_90", DESCRIPTOR_KERNEL, (0, 1))
     with pytest.raises(CompileError, match="bytes of global scratch memory") as caught:
         compile_kernel(kernel)
     assert caught.value.kernel_id == "descriptor-sm_90-fp32-nd1/i32"
@@ -93,21 +98,7 @@ def test_kernels_needing_global_scratch_fail_the_build_clearly(build_dir):
 
 
 def test_triton_errors_name_the_kernel(build_dir):
-    toolchain.load(build_dir)
-    toolchain.use_target(TARGETS["sm_80"])
     broken = DESCRIPTOR_KERNEL.replace("tile.load([0]) + 1", "undefined_name")
-    kernel = GeneratedKernel(
-        variant=Variant("broken", "sm_80", "fp32", 1),
-        spec=Spec(32),
-        args=(Arg("x", 1, "fp32"),),
-        source=broken,
-        function="ntops_descriptor",
-        params=(Param("x_pointer", "pointer", 0), Param("n", "size", 0, 0)),
-        signature=("*fp32", "i32"),
-        divisible=(),
-        grid="n",
-        num_warps=4,
-        num_stages=1,
-    )
+    kernel = handwritten(build_dir, "broken", "sm_80", broken, ())
     with pytest.raises(CompileError, match="broken-sm_80-fp32-nd1/i32: Triton failed"):
         compile_kernel(kernel)
