@@ -68,40 +68,17 @@ class GeneratedKernel:
 
 def generate(op: OpDef, variant: Variant, config: Config) -> list[GeneratedKernel]:
     """Generate every specialisation of `variant`; needs `toolchain.use_target` first."""
-    import ninetoothed
-    import ninetoothed.generation
     import ninetoothed.utils
-
-    # ninetoothed names tensors from a process-wide counter; starting it at zero makes
-    # the generated source, and so the cubin, independent of what was built before.
-    ninetoothed.Tensor.num_instances = 0
-    arrangement, application, tensors = op.premake(variant, config.premake)
-    names = list(_parameters(application))
-    arranged = arrangement(*tensors)
-    arranged = arranged if isinstance(arranged, tuple) else (arranged,)
-    if len(names) != len(tensors) or len(arranged) != len(tensors):
-        raise UnsupportedKernel(
-            f"{variant.id}: application takes {len(names)} parameters, "
-            f"premake gives {len(tensors)} tensors and arrangement returns {len(arranged)}"
-        )
-    func = types.FunctionType(application.__code__, application.__globals__, application.__name__)
-    func.__annotations__ = dict(zip(names, arranged, strict=True))
 
     default_warps, default_stages = ninetoothed.utils.calculate_default_configs()
     num_warps = config.num_warps or default_warps
     num_stages = config.num_stages or default_stages
     function = f"ntops_{variant.op}"
-    generator = ninetoothed.generation.CodeGenerator()
-    source_path = generator(func, "torch", function, num_warps, num_stages, None, False)
-    with open(source_path, encoding="utf-8") as file:
-        source = file.read()
-    kernel_def = generator.kernel_func
-    if generator.raw_grid is None or not isinstance(generator.raw_grid.body, ast.Tuple):
-        raise UnsupportedKernel(f"{variant.id}: ninetoothed produced no launch grid")
-    grid = ast.unparse(generator.raw_grid.body.elts[0])
-
+    names, tensors, source, kernel_params, grid = _ninetoothed(
+        op, variant, config, function, num_warps, num_stages
+    )
     args = _args(op, names, tensors)
-    params = _params(variant, [arg.arg for arg in kernel_def.args.args], tensors)
+    params = _params(variant, kernel_params, tensors)
     kernels = []
     for spec in specializations(op, args):
         signature, divisible = _signature(spec, args, params)
@@ -121,6 +98,40 @@ def generate(op: OpDef, variant: Variant, config: Config) -> list[GeneratedKerne
             )
         )
     return kernels
+
+
+def _ninetoothed(
+    op: OpDef, variant: Variant, config: Config, function: str, num_warps: int, num_stages: int
+) -> tuple[list[str], Sequence[Any], str, list[str], str]:
+    """Run ninetoothed's code generator as `ninetoothed.make` would: the parameter
+    names, the premake's tensors, the Triton source, its kernel's parameters and grid."""
+    import ninetoothed
+    import ninetoothed.generation
+
+    # ninetoothed names tensors from a process-wide counter; starting it at zero makes
+    # the generated source, and so the cubin, independent of what was built before.
+    ninetoothed.Tensor.num_instances = 0
+    arrangement, application, tensors = op.premake(variant, config.premake)
+    names = list(_parameters(application))
+    arranged = arrangement(*tensors)
+    arranged = arranged if isinstance(arranged, tuple) else (arranged,)
+    if len(names) != len(tensors) or len(arranged) != len(tensors):
+        raise UnsupportedKernel(
+            f"{variant.id}: application takes {len(names)} parameters, "
+            f"premake gives {len(tensors)} tensors and arrangement returns {len(arranged)}"
+        )
+    # A copy of the application to annotate, as make() does, leaving the kernel file's alone.
+    func = types.FunctionType(application.__code__, application.__globals__, application.__name__)
+    func.__annotations__ = dict(zip(names, arranged, strict=True))
+    generator = ninetoothed.generation.CodeGenerator()
+    source_path = generator(func, "torch", function, num_warps, num_stages, None, False)
+    with open(source_path, encoding="utf-8") as file:
+        source = file.read()
+    if generator.raw_grid is None or not isinstance(generator.raw_grid.body, ast.Tuple):
+        raise UnsupportedKernel(f"{variant.id}: ninetoothed produced no launch grid")
+    grid = ast.unparse(generator.raw_grid.body.elts[0])
+    kernel_params = [arg.arg for arg in generator.kernel_func.args.args]
+    return names, tensors, source, kernel_params, grid
 
 
 def specializations(op: OpDef, args: Sequence[Arg]) -> list[Spec]:

@@ -108,27 +108,27 @@ def ninetoothed_add():
     return kernel, None
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--json", help="also write the results here")
-    args = parser.parse_args()
+OURS, TORCH = "ntops_prebuilt.add(x, y, out=z)", "torch.add(x, y, out=z)"
+JIT = "ninetoothed JIT add(x, y, 1, z)"
 
+
+def measure():
+    """Every figure, in one run: host time per call, device time, cold start."""
     import ntops_prebuilt as nt
 
-    device = torch.cuda.get_device_name()
     x, y, z = (torch.randn(SMALL, device="cuda") for _ in range(3))
     launch, group = nt._C.launch, nt._C.group("add")
     methods = {
-        "ntops_prebuilt.add(x, y, out=z)": lambda: nt.add(x, y, out=z),
+        OURS: lambda: nt.add(x, y, out=z),
         "  of which the launcher alone": lambda: launch(group, x, y, 1, z),
         "  torch.empty_like(x) alone": lambda: torch.empty_like(x),
-        "torch.add(x, y, out=z)": lambda: torch.add(x, y, out=z),
+        TORCH: lambda: torch.add(x, y, out=z),
         "ntops_prebuilt.add(x, y)": lambda: nt.add(x, y),
         "x + y": lambda: x + y,
     }
     jit, jit_note = ninetoothed_add()
     if jit is not None:
-        methods["ninetoothed JIT add(x, y, 1, z)"] = lambda: jit(x, y, 1.0, z)
+        methods[JIT] = lambda: jit(x, y, 1.0, z)
     cpu = cpu_us_per_call(methods)
 
     big = [torch.randn(LARGE, device="cuda") for _ in range(3)]
@@ -140,43 +140,52 @@ def main():
         }
     )
     cold, cold_after_cuda = cold_start_s()
-
     ratios = {
-        "add(out=) cpu / torch.add(out=)": cpu["ntops_prebuilt.add(x, y, out=z)"]
-        / cpu["torch.add(x, y, out=z)"],
+        "add(out=) cpu / torch.add(out=)": cpu[OURS] / cpu[TORCH],
         "add() cpu / x + y": cpu["ntops_prebuilt.add(x, y)"] / cpu["x + y"],
         "cold start / torch alone": cold["ntops_prebuilt"] / cold["torch"],
         "device throughput / torch (2^26 fp32)": gpu["torch"] / gpu["ntops_prebuilt"],
     }
     if jit is not None:
-        ratios["add(out=) cpu / ninetoothed JIT"] = (
-            cpu["ntops_prebuilt.add(x, y, out=z)"] / cpu["ninetoothed JIT add(x, y, 1, z)"]
-        )
-    bytes_moved = 3 * LARGE * 4
-    report = {
-        "device": device,
+        ratios["add(out=) cpu / ninetoothed JIT"] = cpu[OURS] / cpu[JIT]
+    return {
+        "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
         "cpu_us_per_call": cpu,
         "device_ms_2^26_fp32": gpu,
-        "device_TBps": {name: bytes_moved / ms / 1e9 for name, ms in gpu.items()},
+        "device_TBps": {name: 3 * LARGE * 4 / ms / 1e9 for name, ms in gpu.items()},
         "cold_start_s": cold,
         "cold_start_after_cuda_init_s": cold_after_cuda,
         "ratios": ratios,
         "notes": [jit_note] if jit_note else [],
         "method": f"cpu: median of {REPEATS} bursts of {BURST} calls on {SMALL} fp32 elements",
     }
-    print(f"device: {device}, torch {torch.__version__}")
+
+
+def print_table(report):
+    print(f"device: {report['device']}, torch {report['torch']}")
     print(f"{'CPU time per call':42s} {'us':>8s}")
-    for name, value in cpu.items():
+    for name, value in report["cpu_us_per_call"].items():
         print(f"  {name:40s} {value:8.2f}")
-    for name, value in gpu.items():
-        print(f"  device time {name:28s} {value:8.4f} ms  {report['device_TBps'][name]:.2f} TB/s")
-    for name, value in cold.items():
-        after = cold_after_cuda[name] * 1e3
+    for name, value in report["device_ms_2^26_fp32"].items():
+        bandwidth = report["device_TBps"][name]
+        print(f"  device time {name:28s} {value:8.4f} ms  {bandwidth:.2f} TB/s")
+    for name, value in report["cold_start_s"].items():
+        after = report["cold_start_after_cuda_init_s"][name] * 1e3
         print(f"  cold start {name:29s} {value:8.3f} s  ({after:.1f} ms after CUDA init)")
     print("ratios:")
-    for name, value in ratios.items():
+    for name, value in report["ratios"].items():
         print(f"  {name:40s} {value:8.3f}")
+    for note in report["notes"]:
+        print(f"note: {note}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--json", help="also write the results here")
+    args = parser.parse_args()
+    report = measure()
+    print_table(report)
     if args.json:
         with open(args.json, "w") as file:
             json.dump(report, file, indent=1)

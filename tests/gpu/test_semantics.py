@@ -175,7 +175,7 @@ def test_mm_degenerate_sizes(nt):
 
 
 def test_bad_input_gets_clear_errors(nt):
-    x, cpu = randn(4, 5), torch.randn(4, 5)
+    x, cpu, square = randn(4, 5), torch.randn(4, 5), randn(4, 4)
     cases = [
         (TypeError, "CUDA", lambda: nt.add(cpu, cpu)),
         (TypeError, "other is on the CPU", lambda: nt.add(x, cpu)),
@@ -184,6 +184,12 @@ def test_bad_input_gets_clear_errors(nt):
         (TypeError, "dtype", lambda: nt.add(x, x, out=randn(4, 5, dtype=torch.float16))),
         (TypeError, "dtype", lambda: nt.mul(x, x.half())),
         (ValueError, "stride-0", lambda: nt.add(x, x, out=randn(1, 5).expand(4, 5))),
+        (
+            ValueError,
+            "overlap",
+            lambda: nt.mul(x.view(-1)[1:], x.view(-1)[1:], out=x.view(-1)[:-1]),
+        ),
+        (ValueError, "overlap", lambda: nt.mm(square, square, out=square)),
         (TypeError, "torch.Tensor", lambda: nt.add(x, [1, 2])),
         (TypeError, "number", lambda: nt.add(x, x, alpha="2")),
         (ValueError, "approximate", lambda: nt.gelu(x, approximate="fast")),

@@ -153,6 +153,20 @@ def test_bad_arguments(plan):
             call()
 
 
+def test_outputs_may_alias_inputs_only_element_for_element(plan):
+    x = torch.randn(64, 64, dtype=H)
+    assert add(plan, x, x, x)["kernel"].startswith("add-sm_90-fp16-nd1/")  # in place
+    flat = x.view(-1)
+    with pytest.raises(ValueError, match="overlap in memory"):
+        add(plan, flat[:-1], flat[:-1], flat[1:])
+    with pytest.raises(ValueError, match="overlap in memory"):
+        add(plan, x, x, x.t())
+    with pytest.raises(ValueError, match="overlap in memory"):
+        plan("mm-fp32_precision=tf32", 90, x, x, x)  # no in-place matmul
+    evens, odds = x[:, ::2], x[:, 1::2]  # interleaved, not one element shared
+    assert add(plan, evens, evens, odds)["kernel"].startswith("add-sm_90-fp16-nd")
+
+
 def test_empty_outputs_launch_nothing(plan):
     empty = torch.empty(0, 7, dtype=H)
     chosen = add(plan, empty, empty, empty)
@@ -190,3 +204,7 @@ def test_matmul_layouts(plan):
     assert plan(key, 90, *odd)["kernel"].endswith("/i32-u111")
     strided = torch.randn(74, 46, dtype=H)[::2, ::2]
     assert plan(key, 90, strided, odd[1], odd[2])["kernel"].endswith("/i32")
+    # An empty inner dim still launches: the product is all zeros.
+    no_inner = plan(key, 90, torch.empty(5, 0, dtype=H), torch.empty(0, 7, dtype=H), out[:5, :7])
+    assert no_inner["grid"] == 1
+    assert not no_inner["empty"]
