@@ -21,7 +21,8 @@ def not_built(group, capability, dtype, ndim):
     asked += [f"dtype {dtype_name}"] if dtype_name else []
     asked += [f"{ndim} dim{'s' if ndim > 1 else ''} after merging contiguous dims"] if ndim else []
     name = f"{op}{_switches(space['groups'][group])}"
-    lines = [f"ntops_prebuilt.{name}: no prebuilt kernel for this call ({', '.join(asked)})."]
+    details = f" ({', '.join(asked)})" if asked else ""
+    lines = [f"ntops_prebuilt.{name}: no prebuilt kernel for this call{details}."]
 
     mine = [v for v in built["variants"] if v["group"] == group and v["kernels"]]
     if not mine:
@@ -62,7 +63,7 @@ def _command(built, op, arch, dtype, ndim, space):
     ops = list(options["ops"]) + ([op] if op not in options["ops"] else [])
     words = ["ntops-aot", "build", "--arch", ",".join(arches), "--ops", ",".join(ops)]
     if options["dtypes"]:
-        dtypes = options["dtypes"] + ([dtype] if dtype not in options["dtypes"] else [])
+        dtypes = options["dtypes"] + ([dtype] if dtype and dtype not in options["dtypes"] else [])
         words += ["--dtypes", ",".join(dtypes)]
     if options["ndims"]:
         wanted = [n for n in space["ndims"] if n >= ndim][:1] if ndim else []

@@ -208,3 +208,12 @@ def test_matmul_layouts(plan):
     no_inner = plan(key, 90, torch.empty(5, 0, dtype=H), torch.empty(0, 7, dtype=H), out[:5, :7])
     assert no_inner["grid"] == 1
     assert not no_inner["empty"]
+
+
+def test_an_op_the_wheel_lacks_names_the_command_that_adds_it(installed):
+    with pytest.raises(installed.NotBuiltError) as caught:
+        installed.gelu(torch.randn(3, dtype=H))
+    message = str(caught.value)
+    assert message.startswith("ntops_prebuilt.gelu (approximate=none): no prebuilt kernel")
+    assert "This wheel has no gelu kernels; it has add, mm, softmax." in message
+    assert "ntops-aot build --arch sm_80,sm_90 --ops add,mm,softmax,gelu --dtypes fp16" in message
