@@ -28,10 +28,6 @@ class OpDef:
     def space(self) -> VariantSpace:
         return self.module.SPACE
 
-    @property
-    def path(self) -> pathlib.Path:
-        return pathlib.Path(self.module.__file__)
-
     def config(self, variant: Variant) -> Config:
         choose: Callable[[str, str], Config] | None = getattr(self.module, "config", None)
         return choose(variant.arch, variant.dtype) if choose else Config()

@@ -23,14 +23,6 @@ class Target:
     multiprocessor_count: int  # of the arch's flagship part
     warp_size: int = 32
 
-    @property
-    def major(self) -> int:
-        return self.capability // 10
-
-    @property
-    def minor(self) -> int:
-        return self.capability % 10
-
     def device_properties(self) -> dict[str, int]:
         """What `triton.runtime.driver.active.utils.get_device_properties` returns."""
         return {

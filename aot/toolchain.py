@@ -69,9 +69,6 @@ class TargetDriver:
         self.target = target
         self.utils = _TargetUtils(target)
 
-    def is_active(self) -> bool:
-        return True
-
     def get_current_device(self) -> int:
         # Distinct per target, so caches Triton keys on the device never mix targets.
         return self.target.capability
@@ -80,9 +77,6 @@ class TargetDriver:
         from triton.backends.compiler import GPUTarget
 
         return GPUTarget("cuda", self.target.capability, self.target.warp_size)
-
-    def map_python_to_cpp_type(self, ty: str) -> str:
-        raise NotImplementedError("ntops-aot renders its own launchers")
 
 
 def use_target(target: Target) -> TargetDriver:
