@@ -34,6 +34,7 @@ gpu-test:
 
 bench:
 	$(PY) tests/benchmarks/bench_add.py --json bench.json
+	$(PY) tests/benchmarks/bench_ops.py --json bench_ops.json
 
 clean:
-	rm -rf generated $(OUT) bench.json
+	rm -rf generated $(OUT) bench.json bench_ops.json

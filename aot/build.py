@@ -19,6 +19,7 @@ from typing import Any
 from ntops_aot.aot import codegen, ops, package, toolchain
 from ntops_aot.aot import enumerate as enumeration
 from ntops_aot.aot.compile import CompiledKernel, compile_kernel
+from ntops_aot.aot.errors import UsageError
 from ntops_aot.aot.render import GroupDef, render_extension
 from ntops_aot.aot.space import DTYPES, Variant, group_key
 from ntops_aot.aot.targets import TARGETS
@@ -33,6 +34,20 @@ class BuildOptions:
     build_dir: pathlib.Path = pathlib.Path("generated")
     out_dir: pathlib.Path = pathlib.Path("dist")
     jobs: int = 1
+    # ntops.torch's set_default_* settings, which belong to the build here: None keeps
+    # each kernel file's choice. Every kernel file declares one tile configuration, so
+    # any max_num_configs of at least one keeps them all.
+    num_warps: int | None = None
+    num_stages: int | None = None
+    max_num_configs: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("num_warps", "num_stages", "max_num_configs", "jobs"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 1, not {value}")
+        if self.num_warps is not None and self.num_warps & (self.num_warps - 1):
+            raise UsageError(f"--num-warps must be a power of two, not {self.num_warps}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +75,7 @@ def build(options: BuildOptions, progress: Progress | None = None) -> BuildResul
     registry, names, variants = plan(options)
     kernels = _compile_all(options, variants, progress)
     groups = [
-        GroupDef(group_key(name, switches), name, op.space.coalesce)
+        GroupDef(group_key(name, switches), name, op.space.coalesce, op.space.allows_in_place)
         for name, op in registry.items()
         for switches in op.space.all_switch_choices()
     ]
@@ -75,7 +90,12 @@ def build(options: BuildOptions, progress: Progress | None = None) -> BuildResul
 def _compile_all(
     options: BuildOptions, variants: Sequence[Variant], progress: Progress | None
 ) -> list[CompiledKernel]:
-    build_variant = functools.partial(_build_variant, build_dir=options.build_dir)
+    build_variant = functools.partial(
+        _build_variant,
+        build_dir=options.build_dir,
+        num_warps=options.num_warps,
+        num_stages=options.num_stages,
+    )
     results: dict[Variant, list[CompiledKernel]] = {}
     if options.jobs <= 1:
         for done, variant in enumerate(variants, 1):
@@ -95,10 +115,18 @@ def _compile_all(
     return [kernel for variant in variants for kernel in results[variant]]
 
 
-def _build_variant(variant: Variant, build_dir: pathlib.Path) -> list[CompiledKernel]:
+def _build_variant(
+    variant: Variant, build_dir: pathlib.Path, num_warps: int | None, num_stages: int | None
+) -> list[CompiledKernel]:
     op = _registry(build_dir)[variant.op]
     toolchain.use_target(TARGETS[variant.arch])
-    generated = codegen.generate(op, variant, op.config(variant))
+    config = op.config(variant)
+    config = dataclasses.replace(
+        config,
+        num_warps=num_warps or config.num_warps,
+        num_stages=num_stages or config.num_stages,
+    )
+    generated = codegen.generate(op, variant, config)
     return [compile_kernel(kernel) for kernel in generated]
 
 
@@ -126,6 +154,9 @@ def _manifest(
             "ops": list(names),
             "dtypes": list(options.dtypes) if options.dtypes else None,
             "ndims": list(options.ndims) if options.ndims else None,
+            "num_warps": options.num_warps,
+            "num_stages": options.num_stages,
+            "max_num_configs": options.max_num_configs,
         },
         "ops": {
             name: {
@@ -139,7 +170,7 @@ def _manifest(
             }
             for name, op in registry.items()
         },
-        "dtypes": dict(DTYPES),
+        "dtypes": {short: dtype.torch for short, dtype in DTYPES.items()},
         "variants": [
             {
                 "id": variant.id,

@@ -31,6 +31,7 @@ class Arg:
     dtype: str  # ninetoothed's name: "fp16", "fp32", ...
     output: bool = False
     fixed: bool = False  # excluded from the runtime's dim coalescing
+    specialized: bool = True  # may kernels assume unit strides or alignment for it
 
     @property
     def is_tensor(self) -> bool:
@@ -80,7 +81,7 @@ def generate(op: OpDef, variant: Variant, config: Config) -> list[GeneratedKerne
     args = _args(op, names, tensors)
     params = _params(variant, kernel_params, tensors)
     kernels = []
-    for spec in specializations(op, args):
+    for spec in specializations(op, variant, args):
         signature, divisible = _signature(spec, args, params)
         kernels.append(
             GeneratedKernel(
@@ -134,16 +135,29 @@ def _ninetoothed(
     return names, tensors, source, kernel_params, grid
 
 
-def specializations(op: OpDef, args: Sequence[Arg]) -> list[Spec]:
-    """Most specialised first: the order in which the runtime tries them."""
+def specializations(op: OpDef, variant: Variant, args: Sequence[Arg]) -> list[Spec]:
+    """Most specialised first: the order in which the runtime tries them.
+
+    64-bit indexing is built at the largest ndim built only: the runtime pads calls
+    with fewer dims, and tensors past int32 are rare enough to take the slower kernel.
+    """
+    space = op.space
     tensors = [arg for arg in args if arg.is_tensor]
-    choices = [op.space.unit_dims.get(arg.name, (arg.ndim - 1,)) for arg in tensors]
+    choices = [
+        space.unit_dims.get(arg.name, (arg.ndim - 1,)) if arg.specialized else (None,)
+        for arg in tensors
+    ]
     combos = list(itertools.product(*choices))
-    return (
-        [Spec(32, combo, aligned=True) for combo in combos]
-        + [Spec(32, combo) for combo in combos]
-        + [Spec(32), Spec(64)]
-    )
+    specs = []
+    if "aligned" in space.specs:
+        specs += [Spec(32, combo, aligned=True) for combo in combos]
+    if "unit" in space.specs:
+        specs += [Spec(32, combo) for combo in combos]
+    if "generic" in space.specs:
+        specs.append(Spec(32))
+    if "wide" in space.specs and (space.coalesce == "none" or variant.widest):
+        specs.append(Spec(64))
+    return specs
 
 
 def widen_program_ids(source: str) -> str:
@@ -180,6 +194,7 @@ def _args(op: OpDef, names: Sequence[str], tensors: Sequence[Any]) -> tuple[Arg,
             dtype=tensor.dtype,
             output=name in op.space.outputs,
             fixed=name in op.space.fixed,
+            specialized=name not in op.space.unspecialized,
         )
         for name, tensor in zip(names, tensors, strict=True)
     )
@@ -224,6 +239,8 @@ def assumptions(spec: Spec, args: Sequence[Arg]) -> list[Assumption]:
     facts = []
     tensors = [index for index, arg in enumerate(args) if arg.is_tensor]
     for slot, index in enumerate(tensors):
+        if not args[index].specialized:
+            continue
         unit = spec.unit[slot] if spec.unit else None
         if unit is not None:
             facts.append(Assumption("unit", index, unit))

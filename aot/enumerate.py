@@ -47,15 +47,14 @@ def variants(
     found = []
     for name in op_names:
         space = ops[name].space
+        built = [ndim for ndim in space.ndims if ndims is None or ndim in ndims]
         for arch in arches:
             for dtype in space.dtypes:
                 if dtypes is not None and dtype not in dtypes:
                     continue
-                for ndim in space.ndims:
-                    if ndims is not None and ndim not in ndims:
-                        continue
+                for ndim in built:
                     found.extend(
-                        Variant(name, arch, dtype, ndim, switches)
+                        Variant(name, arch, dtype, ndim, switches, widest=ndim == max(built))
                         for switches in space.switch_choices(dtype)
                     )
     if not found:

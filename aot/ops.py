@@ -14,7 +14,7 @@ from types import ModuleType
 from typing import Any
 
 from ntops_aot.aot import toolchain
-from ntops_aot.aot.space import Config, Variant, VariantSpace
+from ntops_aot.aot.space import DTYPES, Config, Variant, VariantSpace
 
 KERNELS_PACKAGE = "ntops_aot.kernels"
 
@@ -29,11 +29,13 @@ class OpDef:
         return self.module.SPACE
 
     def config(self, variant: Variant) -> Config:
-        choose: Callable[[str, str], Config] | None = getattr(self.module, "config", None)
-        return choose(variant.arch, variant.dtype) if choose else Config()
+        """The kernel file's `config(variant)`, or ninetoothed's defaults for the target."""
+        choose: Callable[[Variant], Config] | None = getattr(self.module, "config", None)
+        return choose(variant) if choose else Config()
 
     def premake(self, variant: Variant, extra: Mapping[str, int]) -> Any:
-        return self.module.premake(variant.ndim, variant.dtype, **dict(variant.switches), **extra)
+        dtype = DTYPES[variant.dtype].triton
+        return self.module.premake(variant.ndim, dtype, **dict(variant.switches), **extra)
 
 
 def discover(build_dir: pathlib.Path) -> dict[str, OpDef]:

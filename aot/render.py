@@ -13,11 +13,12 @@ from collections.abc import Mapping, Sequence
 from importlib import metadata
 
 import jinja2
+
 from ntops_aot.aot import cexpr
 from ntops_aot.aot.codegen import Arg, assumptions
 from ntops_aot.aot.compile import CompiledKernel
 from ntops_aot.aot.errors import UnsupportedKernel
-from ntops_aot.aot.space import DLPACK, DTYPES
+from ntops_aot.aot.space import DTYPES
 
 SOURCES = (
     "ntops.h",
@@ -33,7 +34,7 @@ NT_MAX_DIMS = 8  # as in ntops.h
 NT_MAX_ARGS = 8
 NT_MAX_PARAMS = 64
 
-_TYPES = {"i32": "NT_I32", "i64": "NT_I64", "fp32": "NT_F32", "fp64": "NT_F64"}
+_TYPES = {"i1": "NT_I1", "i32": "NT_I32", "i64": "NT_I64", "fp32": "NT_F32", "fp64": "NT_F64"}
 _KINDS = {"pointer": "NT_POINTER", "size": "NT_SIZE", "stride": "NT_STRIDE", "scalar": "NT_SCALAR"}
 _COALESCE = {"all": "NT_COALESCE_ALL", "leading": "NT_COALESCE_LEADING", "none": "NT_COALESCE_NONE"}
 
@@ -45,6 +46,7 @@ class GroupDef:
     key: str
     op: str
     coalesce: str
+    in_place: bool
 
 
 def environment() -> jinja2.Environment:
@@ -63,8 +65,8 @@ def render_extension(
 ) -> dict[str, str]:
     """The extension's sources by file name; `cubin_paths` maps kernel ids to files."""
     dtypes = [
-        {"torch_name": name, "dlpack": DLPACK[short][0] | DLPACK[short][1] << 8 | 1 << 16}
-        for short, name in DTYPES.items()
+        {"torch_name": d.torch, "dlpack": d.dlpack[0] | d.dlpack[1] << 8 | 1 << 16}
+        for d in DTYPES.values()
     ]
     dtype_index = {short: index for index, short in enumerate(DTYPES)}
     by_group: dict[str, list[CompiledKernel]] = {group.key: [] for group in groups}
@@ -79,13 +81,13 @@ def render_extension(
             # Stable: within a variant, specs keep codegen's most-specialised-first order.
             key=lambda k: (k.variant.arch, dtype_index[k.variant.dtype], k.variant.ndim),
         )
-        args = members[0].args if members else ()
         group_values.append(
             {
                 "key": group.key,
                 "op": group.op,
                 "coalesce": _COALESCE[group.coalesce],
-                "args": [_arg(arg, group.coalesce) for arg in args],
+                "in_place": int(group.in_place),
+                "args": _args(group, members, dtype_index),
                 "first_kernel": len(ordered),
                 "num_kernels": len(members),
             }
@@ -110,20 +112,38 @@ def render_extension(
     return {name: env.get_template(f"{name}.j2").render(values) for name in SOURCES}
 
 
-def _arg(arg: Arg, coalesce: str) -> dict[str, object]:
-    flags = []
-    if arg.is_tensor:
-        flags.append("NT_TENSOR")
-        if arg.output:
-            flags.append("NT_OUTPUT")
-        if arg.fixed or coalesce == "none":
-            flags.append("NT_FIXED")
-    return {
-        "name": arg.name,
-        "flags": " | ".join(flags) or "0",
-        "ndim": arg.ndim,
-        "type": "NT_PTR" if arg.is_tensor else _TYPES[arg.dtype],
-    }
+def _args(
+    group: GroupDef, members: Sequence[CompiledKernel], dtype_index: Mapping[str, int]
+) -> list[dict[str, object]]:
+    """Each argument's flags and dtype rule: -1 for the call's dtype (that of its
+    first such tensor), or the index of the one dtype it always has (bool results)."""
+    if not members:
+        return []
+    values = []
+    for index, arg in enumerate(members[0].args):
+        flags = []
+        if arg.is_tensor:
+            flags.append("NT_TENSOR")
+            if arg.output:
+                flags.append("NT_OUTPUT")
+            if arg.fixed or group.coalesce == "none":
+                flags.append("NT_FIXED")
+        seen = {kernel.args[index].dtype for kernel in members}
+        follows = all(k.args[index].dtype == DTYPES[k.variant.dtype].triton for k in members)
+        if not arg.is_tensor or follows:
+            rule = -1
+        elif len(seen) == 1:
+            (triton,) = seen
+            rule = next(dtype_index[d.short] for d in DTYPES.values() if d.triton == triton)
+        else:
+            raise UnsupportedKernel(
+                f"{group.key}: argument {arg.name} has dtypes {sorted(seen)} across variants; "
+                "a tensor either follows the call's dtype or has one dtype of its own"
+            )
+        values.append(
+            {"name": arg.name, "flags": " | ".join(flags) or "0", "ndim": arg.ndim, "dtype": rule}
+        )
+    return values
 
 
 def _position(arg: Arg, dim: int) -> int:

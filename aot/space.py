@@ -12,12 +12,35 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-# Short dtype names are what users type (`--dtypes fp16`) and what ids show; the
-# values are the names of the same dtypes in torch and in ninetoothed.
-DTYPES: Mapping[str, str] = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
+
+@dataclasses.dataclass(frozen=True)
+class Dtype:
+    """One element type under its four names."""
+
+    short: str  # what users type (`--dtypes fp16`) and ids show
+    torch: str  # the attribute of the torch module
+    triton: str  # ninetoothed's and Triton's name
+    dlpack: tuple[int, int]  # DLPack (type code, bits): how the launcher recognises it
+
+
+DTYPES: Mapping[str, Dtype] = {
+    dtype.short: dtype
+    for dtype in (
+        Dtype("fp16", "float16", "fp16", (2, 16)),
+        Dtype("bf16", "bfloat16", "bf16", (4, 16)),
+        Dtype("fp32", "float32", "fp32", (2, 32)),
+        Dtype("i8", "int8", "i8", (0, 8)),
+        Dtype("i16", "int16", "i16", (0, 16)),
+        Dtype("i32", "int32", "i32", (0, 32)),
+        Dtype("i64", "int64", "i64", (0, 64)),
+        Dtype("u8", "uint8", "u8", (1, 8)),
+        Dtype("bool", "bool", "i1", (6, 8)),
+    )
+}
 FLOATS = ("fp16", "bf16", "fp32")
-# DLPack's (type code, bits) for each: how the launcher recognises a torch tensor's dtype.
-DLPACK: Mapping[str, tuple[int, int]] = {"fp16": (2, 16), "bf16": (4, 16), "fp32": (2, 32)}
+INTEGERS = ("i8", "i16", "i32", "i64", "u8")
+BOOL = ("bool",)
+SPECS = ("aligned", "unit", "generic", "wide")
 
 COALESCE_MODES = ("all", "leading", "none")
 
@@ -29,8 +52,11 @@ class VariantSpace:
     `coalesce` says which dims of the non-`fixed` tensors the runtime may merge:
     "all" (element-wise ops), "leading" (all but the last, row-wise reductions)
     or "none". `unit_dims` names, per tensor parameter, the dims that may be
-    specialised to stride 1 (default: the last one). `switch_dtypes` limits a
-    switch to some dtypes: for the others only its first value is built.
+    specialised to stride 1 (default: the last one); `unspecialized` tensors are
+    never specialised (masks, tables read once). `specs` picks which of the four
+    kinds of specialisation to build (see `Spec`). `switch_dtypes` limits a switch
+    to some dtypes: for the others only its first value is built. `in_place` says
+    whether an output may be the very tensor an input is (element-wise ops).
     """
 
     dtypes: tuple[str, ...]
@@ -41,6 +67,13 @@ class VariantSpace:
     fixed: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ("output",)
     unit_dims: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+    unspecialized: tuple[str, ...] = ()
+    specs: tuple[str, ...] = SPECS
+    in_place: bool | None = None  # None: element-wise ops (coalesce "all") only
+
+    @property
+    def allows_in_place(self) -> bool:
+        return self.coalesce == "all" if self.in_place is None else self.in_place
 
     def __post_init__(self) -> None:
         unknown = set(self.dtypes) - set(DTYPES)
@@ -50,6 +83,8 @@ class VariantSpace:
             raise ValueError(f"coalesce must be one of {COALESCE_MODES}, not {self.coalesce!r}")
         if set(self.switch_dtypes) - set(self.switches):
             raise ValueError("switch_dtypes names a switch that is not in switches")
+        if not self.specs or set(self.specs) - set(SPECS):
+            raise ValueError(f"specs must be some of {SPECS}, not {self.specs}")
 
     def switch_choices(self, dtype: str) -> list[tuple[tuple[str, str], ...]]:
         """Every combination of switch values built for `dtype`, in declared order."""
@@ -82,6 +117,9 @@ class Variant:
     dtype: str
     ndim: int
     switches: tuple[tuple[str, str], ...] = ()
+    # The largest ndim built for this op: only it gets a 64-bit kernel (the runtime pads
+    # calls with fewer dims to it). Not part of the id.
+    widest: bool = True
 
     @property
     def id(self) -> str:

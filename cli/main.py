@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import click
+
 from ntops_aot.aot import build as pipeline
 from ntops_aot.aot.errors import BuildError, UsageError
 from ntops_aot.aot.space import Variant
@@ -107,6 +108,15 @@ def main() -> None:
     show_default="cores",
     help="Parallel compile processes.",
 )
+@click.option("--num-warps", type=int, help="Warps of every kernel (default: each kernel file's).")
+@click.option(
+    "--num-stages", type=int, help="Pipeline stages of every kernel (default: each kernel file's)."
+)
+@click.option(
+    "--max-num-configs",
+    type=int,
+    help="Cap on tile configurations per variant (kernel files declare one each).",
+)
 @_reports_errors
 def build(
     arch: str,
@@ -116,9 +126,23 @@ def build(
     build_dir: pathlib.Path,
     out: pathlib.Path,
     jobs: int,
+    num_warps: int | None,
+    num_stages: int | None,
+    max_num_configs: int | None,
 ) -> None:
     """Compile every selected variant and write the ntops_prebuilt wheel."""
-    options = _options(arch, ops, dtypes, ndims, build_dir=build_dir, out_dir=out, jobs=jobs)
+    options = _options(
+        arch,
+        ops,
+        dtypes,
+        ndims,
+        build_dir=build_dir,
+        out_dir=out,
+        jobs=jobs,
+        num_warps=num_warps,
+        num_stages=num_stages,
+        max_num_configs=max_num_configs,
+    )
 
     def progress(done: int, total: int, variant: Variant) -> None:
         click.echo(f"[{done}/{total}] {variant.id}", err=True)

@@ -1,30 +1,23 @@
-"""add: output = input + alpha * other (torch.add)."""
-
-import functools
+"""add: output = input + alpha * other (torch.add), computed in fp32 for half types."""
 
 import ninetoothed
-from ninetoothed import Tensor
+import ninetoothed.language as ntl
+
 from ntops_aot.aot.space import FLOATS, VariantSpace
 from ntops_aot.kernels import element_wise
 
-SPACE = VariantSpace(dtypes=FLOATS, ndims=(1, 2, 3, 4))
+SPACE = VariantSpace(dtypes=FLOATS, ndims=element_wise.NDIMS, switches=element_wise.OTHER)
 
 arrangement = element_wise.arrangement
+config = element_wise.config
 
 
 def application(input, other, alpha, output):
-    output = input + alpha * other  # noqa: F841
+    output = input + alpha * ntl.cast(other, ntl.float32)  # noqa: F841
 
 
-def config(arch, dtype):
-    return element_wise.CONFIG
-
-
-def premake(ndim, dtype, block_size=element_wise.BLOCK_SIZE):
-    tensors = (
-        Tensor(ndim, dtype=dtype),
-        Tensor(ndim, dtype=dtype),
-        Tensor(0, dtype=ninetoothed.float32),
-        Tensor(ndim, dtype=dtype),
+def premake(ndim, dtype, other="tensor", block_size=element_wise.BLOCK_SIZE):
+    scalars = (ninetoothed.float32,)
+    return element_wise.binary(
+        application, ndim, dtype, other, scalars=scalars, block_size=block_size
     )
-    return functools.partial(arrangement, block_size=block_size), application, tensors

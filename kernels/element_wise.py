@@ -1,17 +1,60 @@
 """Shared tiling of element-wise ops: every tensor flattened and cut into blocks.
 
 The runtime coalesces dims before launching, so a contiguous tensor of any ndim
-arrives here as one dim and its blocks are contiguous runs of memory.
+arrives here as one dim and its blocks are contiguous runs of memory. Kernels are
+built for 1, 2 and 4 dims: the runtime pads a 3-dim call to the 4-dim kernel.
 """
+
+import functools
+
+import ninetoothed
+from ninetoothed import Tensor
 
 from ntops_aot.aot.space import Config
 
+NDIMS = (1, 2, 4)
 # 1024 elements and 4 warps: 8 elements (fp32: two 128-bit loads) per thread.
 BLOCK_SIZE = 1024
 CONFIG = Config(num_warps=4, num_stages=1)
+# Binary ops take `other` as a tensor or as a Python scalar, each its own kernel.
+OTHER = {"other": ("tensor", "scalar")}
+FLOAT_TYPES = ("fp16", "bf16", "fp32")
 
 
 def arrangement(*tensors, block_size=BLOCK_SIZE):
     return tuple(
         tensor if tensor.ndim == 0 else tensor.flatten().tile((block_size,)) for tensor in tensors
     )
+
+
+def config(variant):
+    return CONFIG
+
+
+def unary(application, ndim, dtype, output_dtype=None, scalars=(), block_size=BLOCK_SIZE):
+    """premake of output = f(input, *scalars), scalars given by their dtypes."""
+    tensors = (
+        Tensor(ndim, dtype=dtype),
+        *(Tensor(0, dtype=scalar) for scalar in scalars),
+        Tensor(ndim, dtype=output_dtype or dtype),
+    )
+    return functools.partial(arrangement, block_size=block_size), application, tensors
+
+
+def binary(application, ndim, dtype, other, output_dtype=None, scalars=(), block_size=BLOCK_SIZE):
+    """premake of output = f(input, other, *scalars); `other` is "tensor" or "scalar".
+
+    A scalar `other` arrives as fp64 for float ops and as i64 for integer and bool
+    ones; applications cast it to the input's dtype where torch would."""
+    first = Tensor(ndim, dtype=dtype)  # created in order: tensors are named by a counter
+    if other == "tensor":
+        second = Tensor(ndim, dtype=dtype)
+    else:
+        second = Tensor(0, dtype=ninetoothed.float64 if dtype in FLOAT_TYPES else ninetoothed.int64)
+    tensors = (
+        first,
+        second,
+        *(Tensor(0, dtype=scalar) for scalar in scalars),
+        Tensor(ndim, dtype=output_dtype or dtype),
+    )
+    return functools.partial(arrangement, block_size=block_size), application, tensors

@@ -1,16 +1,17 @@
-"""gelu: exact (erf) or tanh-approximated (torch.nn.functional.gelu)."""
-
-import functools
+"""gelu: exact (erf) or tanh-approximated (torch.nn.functional.gelu), in fp32."""
 
 import ninetoothed.language as ntl
-from ninetoothed import Tensor
 from ninetoothed.language import libdevice
+
 from ntops_aot.aot.space import FLOATS, VariantSpace
 from ntops_aot.kernels import element_wise
 
-SPACE = VariantSpace(dtypes=FLOATS, ndims=(1, 2, 3, 4), switches={"approximate": ("none", "tanh")})
+SPACE = VariantSpace(
+    dtypes=FLOATS, ndims=element_wise.NDIMS, switches={"approximate": ("none", "tanh")}
+)
 
 arrangement = element_wise.arrangement
+config = element_wise.config
 
 
 def application_none(input, output):
@@ -24,11 +25,6 @@ def application_tanh(input, output):
     output = 0.5 * x * (1.0 + libdevice.tanh(inner))  # noqa: F841
 
 
-def config(arch, dtype):
-    return element_wise.CONFIG
-
-
 def premake(ndim, dtype, approximate="none", block_size=element_wise.BLOCK_SIZE):
     application = {"none": application_none, "tanh": application_tanh}[approximate]
-    tensors = (Tensor(ndim, dtype=dtype), Tensor(ndim, dtype=dtype))
-    return functools.partial(arrangement, block_size=block_size), application, tensors
+    return element_wise.unary(application, ndim, dtype, block_size=block_size)

@@ -1,24 +1,19 @@
-"""mul: output = input * other (torch.mul)."""
+"""mul: output = input * other (torch.mul), computed in fp32 for half types."""
 
-import functools
+import ninetoothed.language as ntl
 
-from ninetoothed import Tensor
 from ntops_aot.aot.space import FLOATS, VariantSpace
 from ntops_aot.kernels import element_wise
 
-SPACE = VariantSpace(dtypes=FLOATS, ndims=(1, 2, 3, 4))
+SPACE = VariantSpace(dtypes=FLOATS, ndims=element_wise.NDIMS, switches=element_wise.OTHER)
 
 arrangement = element_wise.arrangement
+config = element_wise.config
 
 
 def application(input, other, output):
-    output = input * other  # noqa: F841
+    output = ntl.cast(input, ntl.float32) * ntl.cast(other, ntl.float32)  # noqa: F841
 
 
-def config(arch, dtype):
-    return element_wise.CONFIG
-
-
-def premake(ndim, dtype, block_size=element_wise.BLOCK_SIZE):
-    tensors = (Tensor(ndim, dtype=dtype), Tensor(ndim, dtype=dtype), Tensor(ndim, dtype=dtype))
-    return functools.partial(arrangement, block_size=block_size), application, tensors
+def premake(ndim, dtype, other="tensor", block_size=element_wise.BLOCK_SIZE):
+    return element_wise.binary(application, ndim, dtype, other, block_size=block_size)

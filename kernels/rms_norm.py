@@ -10,6 +10,7 @@ import functools
 import ninetoothed
 import ninetoothed.language as ntl
 from ninetoothed import Tensor
+
 from ntops_aot.aot.space import FLOATS, VariantSpace
 from ntops_aot.kernels import reduction
 
@@ -55,7 +56,7 @@ def application_without_weight(input, eps, output):
         output[i] = ntl.cast(input[i], ntl.float32) * scale
 
 
-def config(arch, dtype):
+def config(variant):
     return reduction.CONFIG
 
 

@@ -8,6 +8,7 @@ import functools
 
 import ninetoothed.language as ntl
 from ninetoothed import Tensor
+
 from ntops_aot.aot.space import FLOATS, VariantSpace
 from ntops_aot.kernels import reduction
 
@@ -32,7 +33,7 @@ def application(input, output):
         output[i] = ntl.exp(ntl.cast(input[i], ntl.float32) - row_max) * scale
 
 
-def config(arch, dtype):
+def config(variant):
     return reduction.CONFIG
 
 

@@ -3,24 +3,15 @@
 Everything was compiled ahead of time by `ntops-aot build`: importing this package
 needs neither a GPU nor Triton, and no call compiles anything. `manifest()` says
 what this wheel holds; `preload()` loads its kernels for the current device (at
-start-up, and before capturing CUDA graphs).
+start-up, and before capturing CUDA graphs). The functions are those of
+`ntops_prebuilt.torch`, which has the ntops.torch names and signatures.
 """
 
+from ntops_prebuilt import torch
 from ntops_prebuilt._C import CudaError
 from ntops_prebuilt._errors import NotBuiltError
 from ntops_prebuilt._manifest import manifest
 from ntops_prebuilt._preload import preload
-from ntops_prebuilt.torch import add, gelu, mm, mul, rms_norm, softmax
+from ntops_prebuilt.torch import *  # noqa: F403
 
-__all__ = [
-    "CudaError",
-    "NotBuiltError",
-    "add",
-    "gelu",
-    "manifest",
-    "mm",
-    "mul",
-    "preload",
-    "rms_norm",
-    "softmax",
-]
+__all__ = ["CudaError", "NotBuiltError", "manifest", "preload", "torch", *torch.__all__]

@@ -1,4 +1,5 @@
 import torch
+
 from ntops_prebuilt import _C
 
 

@@ -100,6 +100,7 @@ def ninetoothed_add():
     """The same premake, compiled by ninetoothed's JIT; None if ninetoothed is absent."""
     try:
         import ninetoothed
+
         from ntops_aot.kernels import add as definition
     except ImportError as error:
         return None, f"not measured: {error}"

@@ -29,7 +29,19 @@ class Spec:
         return cls(int(parts[0][1:]), unit, "a16" in parts)
 
 
-def strided(shape, dtype, *, unit, aligned, wide=False, device="cuda"):
+def values(shape, dtype, domain=None, device="cuda"):
+    """Random values of `dtype`: normal floats (positive ones with domain "positive"),
+    small integers, or bools."""
+    if dtype.is_floating_point:
+        base = torch.randn(shape, device=device)
+        return (base.abs() + 0.25 if domain == "positive" else base).to(dtype)
+    if dtype == torch.bool:
+        return torch.rand(shape, device=device) > 0.5
+    low = 0 if dtype == torch.uint8 else -100
+    return torch.randint(low, 100, shape, device=device, dtype=dtype)
+
+
+def strided(shape, dtype, *, unit, aligned, wide=False, domain=None, device="cuda"):
     """A random tensor of `shape` whose dim `unit` (or none) has stride 1, whose other
     dims are padded so that no two merge, and whose pointer is 16-byte aligned or not.
     `wide` puts 2^31 elements between the two entries of the outermost dim."""
@@ -52,12 +64,10 @@ def strided(shape, dtype, *, unit, aligned, wide=False, device="cuda"):
     if wide:
         strides[outer] = WIDE if not aligned else -(-WIDE // 16) * 16
     offset = 0 if aligned else 1
-    span = (
-        offset + sum((size - 1) * stride for size, stride in zip(shape, strides, strict=False)) + 1
-    )
-    storage = torch.empty(span, dtype=dtype, device=device)
+    span = offset + sum((size - 1) * stride for size, stride in zip(shape, strides, strict=True))
+    storage = torch.empty(span + 1, dtype=dtype, device=device)
     view = storage.as_strided(shape, strides, offset)
-    view.copy_(torch.randn(shape, device=device).to(dtype))
+    view.copy_(values(shape, dtype, domain, device))
     return view
 
 

@@ -1,22 +1,36 @@
-"""Every kernel in the installed wheel, run on inputs laid out for its spec, checked
-against torch, and checked to be the kernel that actually ran."""
+"""Every kernel in the installed wheel, run through the public function on inputs laid
+out for its spec, checked against torch and checked to be the kernel that ran."""
 
-import functools
+import math
 
 import pytest
 import torch
 
-from tests.gpu.layouts import Spec, assert_kernel, strided
+from tests.gpu.layouts import Spec, assert_kernel, strided, values
 
-DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
-# Elementwise results round once from fp32, as torch's do; reductions and
-# transcendental functions differ from torch's by a few ulps of the dtype.
+F = torch.nn.functional
+DTYPES = {
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+    "fp32": torch.float32,
+    "i8": torch.int8,
+    "i16": torch.int16,
+    "i32": torch.int32,
+    "i64": torch.int64,
+    "u8": torch.uint8,
+    "bool": torch.bool,
+}
 TOLERANCES = {
     torch.float16: {"rtol": 2e-3, "atol": 2e-3},
     torch.bfloat16: {"rtol": 1.6e-2, "atol": 1e-2},
     torch.float32: {"rtol": 2e-5, "atol": 2e-5},
 }
 SHAPES = {"aligned": (3, 5, 2, 48), "odd": (3, 5, 2, 37)}
+UNARY = {"abs", "neg", "exp", "rsqrt", "sin", "cos", "sigmoid", "tanh", "bitwise_not"}
+ALLOCATING = {"relu", "silu", "isnan", "isinf", "gelu", "clamp", "dropout"}
+BINARY = {"add", "sub", "mul", "div", "pow", "eq", "ne", "lt", "le", "gt", "ge"}
+BINARY |= {"bitwise_and", "bitwise_or"}
+POSITIVE = {"rsqrt", "pow"}
 
 
 def _kernels():
@@ -39,85 +53,195 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize(("variant", "spec"), kernels)
 
 
-def _shape(ndim, spec):
-    return SHAPES["aligned" if spec.aligned else "odd"][4 - ndim :]
+def _num_tensors(variant):
+    op, switches = variant["op"], variant["switches"]
+    if op in UNARY or op in ALLOCATING or op == "softmax":
+        return 2
+    if op in BINARY:
+        return 2 if "scalar" in switches.values() else 3
+    if op == "rms_norm":
+        return 3 if switches["weight"] == "given" else 2
+    if op == "layer_norm":
+        return 2 + list(switches.values()).count("given")
+    if op == "addmm":
+        return 4
+    if op == "scaled_dot_product_attention":
+        return 5 if switches["mask"] in ("bool", "float") else 4
+    return 4 if op == "rotary_position_embedding" else 3
 
 
-def _elementwise(nt, variant, spec, dtype):
-    shape = _shape(variant["ndim"], spec)
-    wide = spec.width == 64
-    layout = functools.partial(strided, shape, dtype, aligned=spec.aligned, wide=wide)
-    if variant["op"] == "gelu":
-        (unit, _) = spec.unit
-        x = layout(unit=unit)
-        approximate = variant["switches"]["approximate"]
-        return nt.gelu(x, approximate=approximate), torch.nn.functional.gelu(
-            x, approximate=approximate
+def _element_wise(nt, variant, spec, dtype):
+    op, switches = variant["op"], variant["switches"]
+    shape = SHAPES["aligned" if spec.aligned else "odd"][4 - variant["ndim"] :]
+
+    def layout(unit):
+        domain = "positive" if op in POSITIVE else None
+        return strided(
+            shape, dtype, unit=unit, aligned=spec.aligned, wide=spec.width == 64, domain=domain
         )
-    a, b, out = (layout(unit=unit) for unit in spec.unit)
-    if variant["op"] == "add":
-        return nt.add(a, b, alpha=0.5, out=out), torch.add(a, b, alpha=0.5)
-    return nt.mul(a, b, out=out), torch.mul(a, b)
+
+    x = layout(spec.unit[0])
+    if op in UNARY:
+        return getattr(nt, op)(x, out=layout(spec.unit[1])), getattr(torch, op)(x)
+    if op in ALLOCATING:
+        if op == "gelu":
+            approximate = switches["approximate"]
+            return nt.gelu(x, approximate=approximate), F.gelu(x, approximate=approximate)
+        if op == "clamp":
+            return nt.clamp(x, -0.5, 0.7), torch.clamp(x, -0.5, 0.7)
+        if op == "dropout":
+            kept = nt.dropout(x, 0.25)
+            expected = torch.where(kept == 0, kept, x / 0.75)
+            return kept, expected
+        reference = {"relu": torch.relu, "silu": F.silu, "isnan": torch.isnan, "isinf": torch.isinf}
+        return getattr(nt, op)(x), reference[op](x)
+    comparison = op in ("eq", "ne", "lt", "le", "gt", "ge")
+    if "scalar" in switches.values():
+        other = True if dtype == torch.bool else 1.5 if dtype.is_floating_point else 3
+        out = None if comparison else layout(spec.unit[1])
+    else:
+        other = layout(spec.unit[1])
+        out = None if comparison else layout(spec.unit[2])
+    kwargs = {}
+    if op == "div":
+        mode = switches["rounding_mode"]
+        kwargs["rounding_mode"] = None if mode == "none" else mode
+    if op in ("add", "sub"):
+        kwargs["alpha"] = 0.5
+    result = getattr(nt, op)(x, other, out=out, **kwargs)
+    return result, getattr(torch, op)(x, other, **kwargs)
 
 
 def _rows(nt, variant, spec, dtype):
-    shape = _shape(variant["ndim"], spec)
-    wide = spec.width == 64
-    x = strided(shape, dtype, unit=spec.unit[0], aligned=spec.aligned, wide=wide)
-    shape = x.shape
-    if variant["op"] == "softmax":
+    op, switches = variant["op"], variant["switches"]
+    shape = SHAPES["aligned" if spec.aligned else "odd"][4 - variant["ndim"] :]
+    x = strided(shape, dtype, unit=spec.unit[0], aligned=spec.aligned, wide=spec.width == 64)
+    if op == "softmax":
         return nt.softmax(x, -1), torch.softmax(x, -1)
-    n = shape[-1]
-    weight = None
-    if len(spec.unit) == 3:
-        weight = strided((n,), dtype, unit=spec.unit[1], aligned=spec.aligned)
-    expected = torch.nn.functional.rms_norm(
-        x.float(), (n,), None if weight is None else weight.float(), 1e-6
-    )
-    return nt.rms_norm(x, (n,), weight, 1e-6), expected.to(dtype)
+    n = x.shape[-1]
+    vectors = [
+        strided((n,), dtype, unit=spec.unit[1 + i], aligned=spec.aligned)
+        for i in range(_num_tensors(variant) - 2)
+    ]
+    if op == "rms_norm":
+        weight = vectors[0] if vectors else None
+        expected = F.rms_norm(x.float(), (n,), None if weight is None else weight.float(), 1e-6)
+        return nt.rms_norm(x, (n,), weight, 1e-6), expected.to(dtype)
+    given = iter(vectors)
+    weight = next(given) if switches["weight"] == "given" else None
+    bias = next(given) if switches["bias"] == "given" else None
+    as_float = [None if v is None else v.float() for v in (weight, bias)]
+    expected = F.layer_norm(x.float(), (n,), *as_float, 1e-5).to(dtype)
+    return nt.layer_norm(x, (n,), weight, bias), expected
 
 
-def _mm(nt, variant, spec, dtype):
+def _matmul(nt, variant, spec, dtype):
+    op = variant["op"]
     m, k, n = (64, 32, 48) if spec.aligned else (37, 23, 29)
     wide = spec.width == 64
-    m = 2 if wide else m  # a wide layout has two rows, 2^31 elements apart
-    a = strided((m, k), dtype, unit=spec.unit[0], aligned=spec.aligned, wide=wide)
-    b = strided((k, n), dtype, unit=spec.unit[1], aligned=spec.aligned)
-    out = strided((m, n), dtype, unit=spec.unit[2], aligned=spec.aligned)
-    precision = variant["switches"]["fp32_precision"]
+    # A wide layout puts its two outermost entries 2^31 elements apart: two rows of a
+    # matrix, two matrices of a batch.
+    batch = (2 if wide else 3,) if op == "bmm" else ()
+    m = 2 if wide and not batch else m
+    units = spec.unit[1:] if op == "addmm" else spec.unit
+    a = strided((*batch, m, k), dtype, unit=units[0], aligned=spec.aligned, wide=wide)
+    b = strided((*batch, k, n), dtype, unit=units[1], aligned=spec.aligned)
+    out = strided((*batch, m, n), dtype, unit=units[2], aligned=spec.aligned)
     previous = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("highest" if precision == "ieee" else "high")
+    ieee = variant["switches"]["fp32_precision"] == "ieee"
+    torch.set_float32_matmul_precision("highest" if ieee else "high")
     try:
-        result = nt.mm(a, b, out=out)
+        if op == "addmm":
+            bias = values((n,), dtype)
+            result = nt.addmm(bias, a, b, beta=0.5, alpha=2.0, out=out)
+            reference = 0.5 * bias.double() + 2.0 * (a.double() @ b.double())
+        else:
+            result = getattr(nt, op)(a, b, out=out)
+            reference = a.double() @ b.double()
     finally:
         torch.set_float32_matmul_precision(previous)
-    return result, (a.double() @ b.double())
+    return result, reference
 
 
-def _num_tensors(variant):
-    if variant["op"] in ("gelu", "softmax"):
-        return 2
-    if variant["op"] == "rms_norm":
-        return 3 if variant["switches"]["weight"] == "given" else 2
-    return 3
+def _attention(nt, variant, spec, dtype):
+    switches = variant["switches"]
+    head_dim, mask = int(switches["head_dim"]), switches["mask"]
+    batch, heads_q, heads_kv, seq_q, seq_kv = 2, 4, 2, 37, 53
+    wide = spec.width == 64
+    unit = None if spec.unit[0] is None else 3
+
+    def layout(heads, seq, wide=False):
+        return strided(
+            (batch, heads, seq, head_dim), dtype, unit=unit, aligned=spec.aligned, wide=wide
+        )
+
+    # wide: the query's two batches lie 2^31 elements apart
+    q, k, v = layout(heads_q, seq_q, wide), layout(heads_kv, seq_kv), layout(heads_kv, seq_kv)
+    attn_mask = None
+    if mask == "bool":
+        attn_mask = torch.rand(q.shape[0], 1, seq_q, seq_kv, device="cuda") > 0.3
+        attn_mask[..., 0] = True
+    elif mask == "float":
+        attn_mask = values((1, heads_q, 1, seq_kv), dtype)
+    causal = mask == "causal"
+    result = nt.scaled_dot_product_attention(q, k, v, attn_mask, is_causal=causal, enable_gqa=True)
+    kr, vr = (t.float().repeat_interleave(heads_q // heads_kv, 1) for t in (k, v))
+    float_mask = (
+        attn_mask if attn_mask is None or attn_mask.dtype == torch.bool else attn_mask.float()
+    )
+    reference = F.scaled_dot_product_attention(q.float(), kr, vr, float_mask, is_causal=causal)
+    return result, reference.to(dtype)
+
+
+def _rope(nt, variant, spec, dtype):
+    interleaved = spec.unit[0] is not None
+    batch, seq, heads, head_dim = 2, 7, 3, 64
+    x = strided((batch, seq, heads, head_dim), dtype, unit=3, aligned=False, wide=spec.width == 64)
+    angles = torch.rand(seq, head_dim // 2, device="cuda") * 6
+    sin, cos = angles.sin().to(dtype), angles.cos().to(dtype)
+    half = head_dim // 2
+    x0, x1 = (x[..., 0::2], x[..., 1::2]) if interleaved else (x[..., :half], x[..., half:])
+    s, c = sin[None, :, None, :].float(), cos[None, :, None, :].float()
+    o0, o1 = x0.float() * c - x1.float() * s, x0.float() * s + x1.float() * c
+    expected = torch.stack((o0, o1), -1).flatten(-2) if interleaved else torch.cat((o0, o1), -1)
+    return nt.rotary_position_embedding(x, sin, cos, interleaved=interleaved), expected.to(dtype)
 
 
 def test_kernel(nt, variant, spec):
     dtype = DTYPES[variant["dtype"]]
     parsed = Spec.parse(spec, _num_tensors(variant))
     op = variant["op"]
-    if op == "mm":
-        result, reference = _mm(nt, variant, parsed, dtype)
+    if op in ("mm", "bmm", "addmm"):
+        result, reference = _matmul(nt, variant, parsed, dtype)
         assert_kernel(nt, f"{variant['id']}/{spec}")
         error = (result.double() - reference).norm() / reference.norm()
         ieee = dtype == torch.float32 and variant["switches"]["fp32_precision"] == "ieee"
-        assert error < {torch.float16: 2e-3, torch.bfloat16: 1e-2}.get(
-            dtype, 1e-5 if ieee else 2e-3
-        )
+        limit = {torch.float16: 2e-3, torch.bfloat16: 1e-2}.get(dtype, 1e-5 if ieee else 2e-3)
+        assert error < limit
         return
-    run = _rows if op in ("softmax", "rms_norm") else _elementwise
-    result, reference = run(nt, variant, parsed, dtype)
+    if op in ("softmax", "rms_norm", "layer_norm"):
+        result, reference = _rows(nt, variant, parsed, dtype)
+    elif op == "scaled_dot_product_attention":
+        result, reference = _attention(nt, variant, parsed, dtype)
+    elif op == "rotary_position_embedding":
+        result, reference = _rope(nt, variant, parsed, dtype)
+    else:
+        result, reference = _element_wise(nt, variant, parsed, dtype)
     assert_kernel(nt, f"{variant['id']}/{spec}")
-    torch.testing.assert_close(result, reference, **TOLERANCES[dtype])
+    if reference.dtype.is_floating_point:
+        tolerance = TOLERANCES[reference.dtype]
+        if op == "scaled_dot_product_attention" and dtype != torch.float32:
+            tolerance = {"rtol": 1e-2, "atol": 1e-2}
+        torch.testing.assert_close(result, reference, equal_nan=True, **tolerance)
+    else:
+        assert torch.equal(result, reference)
     if parsed.width == 64:
         torch.cuda.empty_cache()
+
+
+def test_dropout_keeps_about_one_minus_p(nt):
+    x = torch.ones(1 << 20, device="cuda")
+    for p in (0.1, 0.5, 0.9):
+        kept = (nt.dropout(x, p) != 0).float().mean().item()
+        assert abs(kept - (1 - p)) < 0.01
+        assert math.isclose(nt.dropout(x, p).max().item(), 1 / (1 - p), rel_tol=1e-6)

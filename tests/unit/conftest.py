@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+
 from ntops_aot.aot import build as pipeline
 
 # Two arches, three kernel families, both index widths: enough to exercise every

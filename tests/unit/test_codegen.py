@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+
 from ntops_aot.aot import codegen, toolchain
 from ntops_aot.aot.space import Config, Variant
 from ntops_aot.aot.targets import TARGETS

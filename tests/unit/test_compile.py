@@ -5,6 +5,7 @@ import re
 import subprocess
 
 import pytest
+
 from ntops_aot.aot import codegen, toolchain
 from ntops_aot.aot.codegen import Arg, GeneratedKernel, Param
 from ntops_aot.aot.compile import compile_kernel

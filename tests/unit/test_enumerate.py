@@ -1,14 +1,22 @@
 """Stage 1: the variant space of every op, crossed with arches and filters."""
 
+import pathlib
+
 import pytest
+
 from ntops_aot.aot import enumerate as enumeration
 from ntops_aot.aot.errors import UsageError
 from ntops_aot.aot.space import Spec, Variant, VariantSpace
 from ntops_aot.aot.targets import TARGETS
 
+KERNELS = pathlib.Path(__file__).parents[2] / "kernels"
+
 
 def test_every_kernel_file_is_an_op(registry):
-    assert set(registry) == {"add", "gelu", "mm", "mul", "rms_norm", "softmax"}
+    shared = {"element_wise", "reduction", "matmul"}
+    files = {path.stem for path in KERNELS.glob("*.py")} - {"__init__"} - shared
+    assert set(registry) == files
+    assert len(registry) == 37
 
 
 def test_variant_ids_name_op_arch_dtype_ndim_and_switches():
@@ -27,16 +35,31 @@ def test_spec_names():
 def test_counts_per_op(registry):
     counts = {name: len(enumeration.variants(registry, [name], ["sm_90"])) for name in registry}
     # dtypes x ndims x switch values; mm's precision switch only multiplies fp32.
-    assert counts == {"add": 12, "mul": 12, "gelu": 24, "softmax": 6, "rms_norm": 12, "mm": 4}
+    assert counts["add"] == 3 * 3 * 2
+    assert counts["eq"] == 9 * 3 * 2
+    assert counts["div"] == 3 * 3 * 3 * 2
+    assert counts["softmax"] == 3 * 2
+    assert counts["mm"] == counts["bmm"] == counts["addmm"] == 4
+    assert counts["scaled_dot_product_attention"] == 3 * 2 * 4
+    assert sum(counts.values()) == 768
+
+
+def test_only_the_widest_ndim_built_gets_64_bit_kernels(registry):
+    found = enumeration.variants(registry, ["add"], ["sm_90"], ["fp16"], [1, 2])
+    assert [(v.ndim, v.widest) for v in found] == [(1, False), (1, False), (2, True), (2, True)]
 
 
 def test_filters_and_arches(registry):
     found = enumeration.variants(registry, ["add", "mm"], ["sm_80", "sm_90"], ["fp16"], [1, 2])
     assert [v.id for v in found] == [
-        "add-sm_80-fp16-nd1",
-        "add-sm_80-fp16-nd2",
-        "add-sm_90-fp16-nd1",
-        "add-sm_90-fp16-nd2",
+        "add-sm_80-fp16-nd1-other=tensor",
+        "add-sm_80-fp16-nd1-other=scalar",
+        "add-sm_80-fp16-nd2-other=tensor",
+        "add-sm_80-fp16-nd2-other=scalar",
+        "add-sm_90-fp16-nd1-other=tensor",
+        "add-sm_90-fp16-nd1-other=scalar",
+        "add-sm_90-fp16-nd2-other=tensor",
+        "add-sm_90-fp16-nd2-other=scalar",
         "mm-sm_80-fp16-nd2-fp32_precision=tf32",
         "mm-sm_90-fp16-nd2-fp32_precision=tf32",
     ]
@@ -50,11 +73,11 @@ def test_selection_by_name_glob_and_all(registry):
 
 
 def test_unknown_names_list_what_exists(registry):
-    with pytest.raises(UsageError, match="ops: add, gelu, mm, mul, rms_norm, softmax"):
+    with pytest.raises(UsageError, match="ops: abs, add, addmm, bitwise_and"):
         enumeration.select_ops(registry, ["conv"])
     with pytest.raises(UsageError, match="arches: sm_80, sm_86, sm_89, sm_90, sm_100, sm_120"):
         enumeration.select_arches(["sm_75"])
-    with pytest.raises(UsageError, match="dtypes: fp16, bf16, fp32"):
+    with pytest.raises(UsageError, match="dtypes: fp16, bf16, fp32, i8"):
         enumeration.variants(registry, ["add"], ["sm_90"], ["fp64"])
     with pytest.raises(UsageError, match="nothing to build"):
         enumeration.variants(registry, ["mm"], ["sm_90"], None, [3])

@@ -26,13 +26,14 @@ def plan(installed):
 
 
 def add(plan, x, y, out, capability=90, alpha=1.0):
-    return plan("add", capability, x, y, alpha, out)
+    return plan("add-other=tensor", capability, x, y, alpha, out)
 
 
 def test_contiguous_tensors_of_any_ndim_run_the_one_dim_kernel(plan):
     x, y, out = (torch.randn(6, 42, 123, dtype=H) for _ in range(3))
     chosen = add(plan, x, y, out)
-    assert chosen["kernel"] == "add-sm_90-fp16-nd1/i32-u000"  # 30996 elements: not a multiple of 16
+    # 30996 elements: not a multiple of 16
+    assert chosen["kernel"] == "add-sm_90-fp16-nd1-other=tensor/i32-u000"
     assert chosen["ndim"] == 1
     assert chosen["grid"] == -(-6 * 42 * 123 // 1024)
     assert chosen["params"] == [
@@ -48,28 +49,29 @@ def test_contiguous_tensors_of_any_ndim_run_the_one_dim_kernel(plan):
 
 def test_aligned_sizes_get_the_vectorised_kernel(plan):
     x, y, out = (torch.randn(4, 64, 128, dtype=H) for _ in range(3))
-    assert add(plan, x, y, out)["kernel"] == "add-sm_90-fp16-nd1/i32-u000-a16"
+    assert add(plan, x, y, out)["kernel"] == "add-sm_90-fp16-nd1-other=tensor/i32-u000-a16"
 
 
 def test_unaligned_pointers_miss_the_vectorised_kernel(plan):
     x, y, out = (torch.randn(4097, dtype=H)[1:] for _ in range(3))
-    assert add(plan, x, y, out)["kernel"] == "add-sm_90-fp16-nd1/i32-u000"
+    assert add(plan, x, y, out)["kernel"] == "add-sm_90-fp16-nd1-other=tensor/i32-u000"
 
 
 def test_views_dense_in_another_order_still_merge(plan):
     x, y, out = (torch.randn(64, 32, 16, dtype=H).permute(2, 0, 1) for _ in range(3))
-    assert add(plan, x, y, out)["kernel"] == "add-sm_90-fp16-nd1/i32-u000-a16"
+    assert add(plan, x, y, out)["kernel"] == "add-sm_90-fp16-nd1-other=tensor/i32-u000-a16"
 
 
 def test_strided_views_keep_their_dims(plan):
     x, y, out = (torch.randn(64, 256, dtype=H)[:, ::2] for _ in range(3))
-    assert add(plan, x, y, out)["kernel"] == "add-sm_90-fp16-nd1/i32"  # stride 2 throughout
+    # stride 2 throughout: one dim
+    assert add(plan, x, y, out)["kernel"] == "add-sm_90-fp16-nd1-other=tensor/i32"
     x, y, out = (torch.randn(64, 256, dtype=H)[:, ::2][:, :100] for _ in range(3))
     chosen = add(plan, x, y, out)
-    assert chosen["kernel"] == "add-sm_90-fp16-nd2/i32"
+    assert chosen["kernel"] == "add-sm_90-fp16-nd2-other=tensor/i32"
     assert chosen["params"][:5] == [x.data_ptr(), 64, 100, 256, 2]
     x, y, out = (torch.randn(64, 256, dtype=H)[:, 1:101] for _ in range(3))
-    assert add(plan, x, y, out)["kernel"] == "add-sm_90-fp16-nd2/i32-u111"
+    assert add(plan, x, y, out)["kernel"] == "add-sm_90-fp16-nd2-other=tensor/i32-u111"
 
 
 def test_broadcasting_uses_stride_zero_without_copies(plan):
@@ -79,7 +81,7 @@ def test_broadcasting_uses_stride_zero_without_copies(plan):
         torch.empty(64, 128, dtype=H),
     )
     chosen = add(plan, x, bias, out)
-    assert chosen["kernel"] == "add-sm_90-fp16-nd2/i32-u111-a16"
+    assert chosen["kernel"] == "add-sm_90-fp16-nd2-other=tensor/i32-u111-a16"
     # Parameters per tensor: pointer, sizes, then the strides that are not constant 1.
     assert chosen["params"][4:8] == [bias.data_ptr(), 64, 128, 0]  # the bias's row stride is 0
     column, row, out = (
@@ -87,16 +89,18 @@ def test_broadcasting_uses_stride_zero_without_copies(plan):
         torch.randn(1, 5, dtype=H),
         torch.empty(7, 5, dtype=H),
     )
-    assert add(plan, column, row, out)["kernel"] == "add-sm_90-fp16-nd2/i32"
+    assert add(plan, column, row, out)["kernel"] == "add-sm_90-fp16-nd2-other=tensor/i32"
 
 
 def test_offsets_past_int32_take_the_64_bit_kernel(plan):
     big = torch.empty(2**31 + 5, dtype=H, device="meta")
     chosen = add(plan, big, big, big)
-    assert chosen["kernel"] == "add-sm_90-fp16-nd1/i64"
+    # 64-bit kernels exist at the widest ndim built (2 here); one dim is padded to two.
+    assert chosen["kernel"] == "add-sm_90-fp16-nd2-other=tensor/i64"
     assert chosen["grid"] == -(-(2**31 + 5) // 1024)
     rows = torch.empty(2, 2**31, dtype=H, device="meta")[:, :3]  # 6 elements, 2^31 apart
-    assert add(plan, rows, rows, torch.empty(2, 3, dtype=H))["kernel"] == "add-sm_90-fp16-nd2/i64"
+    chosen = add(plan, rows, rows, torch.empty(2, 3, dtype=H))
+    assert chosen["kernel"] == "add-sm_90-fp16-nd2-other=tensor/i64"
 
 
 def test_arches_fall_back_within_a_major_version(plan):
@@ -128,7 +132,7 @@ def test_dtypes_the_wheel_lacks(plan, installed):
 
 def test_ndims_the_wheel_lacks(plan, installed):
     x = torch.randn(8, 16, 32, dtype=H)[:, :7, :9]  # three dims that cannot merge
-    with pytest.raises(installed.NotBuiltError, match="--ndims 1,2,3"):
+    with pytest.raises(installed.NotBuiltError, match="--ndims 1,2,4"):
         add(plan, x, x, torch.empty(8, 7, 9, dtype=H))
 
 
@@ -145,7 +149,7 @@ def test_bad_arguments(plan):
         (ValueError, "stride-0", lambda: add(plan, x, x, torch.empty(1, 5, dtype=H).expand(4, 5))),
         (TypeError, "torch.Tensor", lambda: add(plan, x, [1.0], x)),
         (TypeError, "number", lambda: add(plan, x, x, x, alpha="2")),
-        (TypeError, "takes 4 arguments", lambda: plan("add", 90, x, x, x)),
+        (TypeError, "takes 4 arguments", lambda: plan("add-other=tensor", 90, x, x, x)),
         (TypeError, "output must be given", lambda: add(plan, x, x, None)),
     ]
     for error, words, call in cases:
@@ -155,7 +159,7 @@ def test_bad_arguments(plan):
 
 def test_outputs_may_alias_inputs_only_element_for_element(plan):
     x = torch.randn(64, 64, dtype=H)
-    assert add(plan, x, x, x)["kernel"].startswith("add-sm_90-fp16-nd1/")  # in place
+    assert add(plan, x, x, x)["kernel"].startswith("add-sm_90-fp16-nd1-other=tensor/")  # in place
     flat = x.view(-1)
     with pytest.raises(ValueError, match="overlap in memory"):
         add(plan, flat[:-1], flat[:-1], flat[1:])

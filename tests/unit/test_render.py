@@ -4,6 +4,7 @@ import subprocess
 
 import jinja2
 import pytest
+
 from ntops_aot.aot import cexpr, package, render
 from ntops_aot.aot.errors import UnsupportedKernel
 

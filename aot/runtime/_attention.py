@@ -1,0 +1,162 @@
+"""Attention: scaled_dot_product_attention (with grouped-query heads, KV cache, causal
+and tensor masks) and rotary_position_embedding."""
+
+import enum
+import math
+
+import torch
+
+from ntops_prebuilt import _C
+from ntops_prebuilt import _checks as check
+from ntops_prebuilt._errors import NotBuiltError
+
+_launch = _C.launch
+_HEAD_DIMS = (64, 128)
+_MASKS = ("none", "causal", "bool", "float")
+_SDPA = {
+    (head_dim, mask): _C.group(f"scaled_dot_product_attention-head_dim={head_dim}-mask={mask}")
+    for head_dim in _HEAD_DIMS
+    for mask in _MASKS
+}
+_ROPE = _C.group("rotary_position_embedding")
+
+
+class CausalVariant(enum.IntEnum):
+    """Where the causal diagonal starts when seq_q != seq_kv, numbered as in
+    torch.nn.attention.bias.CausalVariant (whose members are accepted too)."""
+
+    UPPER_LEFT = 1  # query i sees keys 0..i
+    LOWER_RIGHT = 2  # query i sees keys 0..i + seq_kv - seq_q
+
+
+def _sdpa_checks(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
+    op = "scaled_dot_product_attention"
+    for name, tensor in (("query", query), ("key", key), ("value", value)):
+        check.tensor(op, name, tensor)
+        if tensor.ndim != 4:
+            raise ValueError(
+                f"{op}: {name} must be (batch, heads, seq, head_dim), got {tensor.ndim}-D"
+            )
+    if dropout_p != 0:
+        raise ValueError(
+            f"{op}: dropout_p must be 0; prebuilt attention does not drop (got {dropout_p})"
+        )
+    if attn_mask is not None and is_causal:
+        raise ValueError(f"{op}: attn_mask and is_causal cannot be used together")
+    batch, heads_q, _, head_dim = query.shape
+    if key.shape != value.shape or key.shape[0] != batch or key.shape[3] != head_dim:
+        raise ValueError(
+            f"{op}: key {list(key.shape)} and value {list(value.shape)} must match each other, "
+            f"and query {list(query.shape)} in batch and head_dim"
+        )
+    heads_kv = key.shape[1]
+    if not enable_gqa and heads_q != heads_kv:
+        raise ValueError(
+            f"{op}: query has {heads_q} heads and key {heads_kv}; pass enable_gqa=True"
+        )
+    if heads_q % heads_kv:
+        raise ValueError(
+            f"{op}: query heads ({heads_q}) must be a multiple of key heads ({heads_kv})"
+        )
+    if head_dim not in _HEAD_DIMS:
+        raise NotBuiltError(
+            f"ntops_prebuilt.{op}: head_dim {head_dim} is not prebuilt; kernels exist for "
+            f"head_dim {', '.join(map(str, _HEAD_DIMS))} (the `head_dim` switch of "
+            "kernels/scaled_dot_product_attention.py)"
+        )
+
+
+def _write_cache(present, slot, name):
+    if present is None and slot is None:
+        return
+    if present is None or slot is None:
+        raise ValueError(
+            f"scaled_dot_product_attention: give present_{name} and present_{name}_slot together"
+        )
+    if slot.shape != present.shape:
+        raise ValueError(
+            f"scaled_dot_product_attention: present_{name} {list(present.shape)} does not fit "
+            f"present_{name}_slot {list(slot.shape)}"
+        )
+    slot.copy_(present)
+
+
+def scaled_dot_product_attention(
+    query,
+    key,
+    value,
+    attn_mask=None,
+    dropout_p=0,
+    is_causal=False,
+    scale=None,
+    enable_gqa=False,
+    causal_variant=None,
+    present_key=None,
+    present_value=None,
+    present_key_slot=None,
+    present_value_slot=None,
+):
+    """softmax(query key^T * scale + mask) value over (batch, heads, seq, head_dim).
+
+    With a KV cache, `key` and `value` are the caches: the new entries
+    (`present_key`, `present_value`) are first written into the cache views
+    `present_key_slot` and `present_value_slot`, then attended over with the rest.
+    Masks are bool (True keeps) or float (added), broadcast to
+    (batch, heads_q, seq_q, seq_kv)."""
+    _sdpa_checks(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
+    _write_cache(present_key, present_key_slot, "key")
+    _write_cache(present_value, present_value_slot, "value")
+    batch, heads_q, seq_q, head_dim = query.shape
+    seq_kv = key.shape[2]
+    scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
+    out = torch.empty_like(query, memory_format=torch.contiguous_format)
+    if is_causal:
+        lower_right = int(causal_variant or CausalVariant.UPPER_LEFT) == CausalVariant.LOWER_RIGHT
+        group = _SDPA[head_dim, "causal"]
+        _launch(group, query, key, value, scale, seq_kv - seq_q if lower_right else 0, out)
+    elif attn_mask is None:
+        _launch(_SDPA[head_dim, "none"], query, key, value, scale, out)
+    else:
+        check.tensor("scaled_dot_product_attention", "attn_mask", attn_mask)
+        try:
+            mask = attn_mask.expand(batch, heads_q, seq_q, seq_kv)
+        except RuntimeError as error:
+            raise ValueError(
+                f"scaled_dot_product_attention: attn_mask {list(attn_mask.shape)} does not "
+                f"broadcast to {[batch, heads_q, seq_q, seq_kv]}"
+            ) from error
+        kind = "bool" if attn_mask.dtype == torch.bool else "float"
+        _launch(_SDPA[head_dim, kind], query, key, value, mask, scale, out)
+    return out
+
+
+def rotary_position_embedding(input, sin_table, cos_table, interleaved=True, inplace=False):
+    """Rotate the pairs of each head of input (batch, seq, heads, head_dim) by the angles
+    whose sines and cosines are the tables' (seq, head_dim / 2) rows: pairs
+    (x[2i], x[2i + 1]) if interleaved, else (x[i], x[i + head_dim / 2])."""
+    op = "rotary_position_embedding"
+    for name, tensor in (("input", input), ("sin_table", sin_table), ("cos_table", cos_table)):
+        check.tensor(op, name, tensor)
+    if input.ndim != 4 or input.shape[-1] % 2:
+        raise ValueError(
+            f"{op}: input must be (batch, seq, heads, even head_dim), got {list(input.shape)}"
+        )
+    batch, seq, heads, head_dim = input.shape
+    half = head_dim // 2
+    for name, table in (("sin_table", sin_table), ("cos_table", cos_table)):
+        if tuple(table.shape) != (seq, half):
+            raise ValueError(
+                f"{op}: {name} must be (seq, head_dim / 2) = {[seq, half]}, got {list(table.shape)}"
+            )
+
+    def pairs(tensor):
+        if interleaved:
+            return tensor.unflatten(-1, (half, 2))
+        return tensor.unflatten(-1, (2, half)).transpose(-1, -2)
+
+    def expanded(table):
+        return table[None, :, None, :, None].expand(batch, seq, heads, half, 2)
+
+    out = input if inplace else torch.empty_like(input)
+    _launch(_ROPE, pairs(input), expanded(sin_table), expanded(cos_table), pairs(out))
+    return out

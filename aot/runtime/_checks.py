@@ -1,0 +1,86 @@
+"""Checks the runtime functions share, and the scalar rules of torch's type promotion
+they follow or refuse."""
+
+import torch
+
+from ntops_prebuilt import _C
+
+NUMBERS = (bool, int, float)
+
+
+def groups(op, switch, values):
+    """Launcher groups of `op` by the value of its one switch."""
+    return {value: _C.group(f"{op}-{switch}={value}") for value in values}
+
+
+def tensor(op, name, value):
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{op}: {name} must be a torch.Tensor, not {type(value).__name__}")
+    return value
+
+
+def dim(op, value, ndim):
+    if not isinstance(value, int):
+        raise TypeError(f"{op}: dim must be an int, not {type(value).__name__}")
+    if not -ndim <= value < ndim:
+        raise IndexError(
+            f"{op}: dim {value} is out of range for a {ndim}-D tensor "
+            f"(expected to be in range of [{-ndim}, {ndim - 1}])"
+        )
+    return value % ndim
+
+
+def is_scalar(value):
+    """A Python number, or a CPU 0-dim tensor (torch lets those meet CUDA tensors)."""
+    return isinstance(value, NUMBERS) or (
+        isinstance(value, torch.Tensor) and value.ndim == 0 and value.device.type == "cpu"
+    )
+
+
+def scalar(op, name, value, input):
+    """`value` as a Python number to combine with `input`, where torch's promotion
+    leaves the result in input's dtype; what it would promote is refused."""
+    if isinstance(value, torch.Tensor):
+        value = value.item()
+    if not isinstance(value, NUMBERS):
+        raise TypeError(
+            f"{op}: {name} must be a tensor or a Python number, not {type(value).__name__}"
+        )
+    dtype = input.dtype if isinstance(input, torch.Tensor) else None
+    if dtype is None or dtype.is_floating_point:
+        return value
+    if dtype == torch.bool and type(value) is not bool:
+        raise TypeError(
+            f"{op}: a bool tensor with {value!r} would promote to {type(value).__name__}: "
+            "convert the tensor first (e.g. .int())"
+        )
+    if isinstance(value, float):
+        raise TypeError(
+            f"{op}: a {dtype} tensor with the float {value!r} would promote to float: "
+            "convert the tensor first (e.g. .float())"
+        )
+    return value
+
+
+def normalized(op, input, normalized_shape):
+    """The trailing `normalized_shape` of `input` as a tuple; checks it is one."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    count = len(shape)
+    if count == 0 or count > input.ndim or tuple(input.shape[input.ndim - count :]) != shape:
+        raise ValueError(
+            f"{op}: normalized_shape {list(shape)} must be the trailing dims of "
+            f"input of shape {list(input.shape)}"
+        )
+    return shape
+
+
+def vector(op, name, value, shape):
+    """An optional weight or bias of `shape`, flattened to the one dim kernels take."""
+    if value is None:
+        return None
+    tensor(op, name, value)
+    if tuple(value.shape) != shape:
+        raise ValueError(
+            f"{op}: {name} has shape {list(value.shape)}, normalized_shape is {list(shape)}"
+        )
+    return value if len(shape) == 1 else value.reshape(-1)

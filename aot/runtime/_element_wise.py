@@ -1,0 +1,184 @@
+"""Element-wise functions. The launcher broadcasts, checks `out`, allocates results and
+merges dims; these only pick the kernel (tensor or scalar operand, switches)."""
+
+import math
+
+import torch
+
+from ntops_prebuilt import _C
+from ntops_prebuilt import _checks as check
+
+_launch = _C.launch
+_Tensor = torch.Tensor
+
+
+def _unary(name):
+    group = _C.group(name)
+
+    def function(input, *, out=None):
+        return _launch(group, input, out)
+
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = f"torch.{name} on prebuilt kernels."
+    return function
+
+
+abs = _unary("abs")
+neg = _unary("neg")
+exp = _unary("exp")
+rsqrt = _unary("rsqrt")
+sin = _unary("sin")
+cos = _unary("cos")
+sigmoid = _unary("sigmoid")
+tanh = _unary("tanh")
+bitwise_not = _unary("bitwise_not")
+
+_RELU, _SILU = _C.group("relu"), _C.group("silu")
+_ISNAN, _ISINF = _C.group("isnan"), _C.group("isinf")
+_GELU = check.groups("gelu", "approximate", ("none", "tanh"))
+
+
+def relu(input, inplace=False):
+    """torch.relu; with inplace, input is overwritten and returned."""
+    return _launch(_RELU, input, input if inplace else None)
+
+
+def silu(input, inplace=False):
+    """torch.nn.functional.silu; with inplace, input is overwritten and returned."""
+    return _launch(_SILU, input, input if inplace else None)
+
+
+def gelu(input, approximate="none"):
+    """torch.nn.functional.gelu: exact (erf) or with the tanh approximation."""
+    group = _GELU.get(approximate)
+    if group is None:
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', not {approximate!r}")
+    return _launch(group, input, None)
+
+
+def isnan(input):
+    """torch.isnan: a bool tensor."""
+    return _launch(_ISNAN, input, None)
+
+
+def isinf(input):
+    """torch.isinf: a bool tensor."""
+    return _launch(_ISINF, input, None)
+
+
+_ADD, _SUB, _MUL = (check.groups(op, "other", ("tensor", "scalar")) for op in ("add", "sub", "mul"))
+_ADD_TENSOR, _ADD_SCALAR = _ADD["tensor"], _ADD["scalar"]
+
+
+def add(input, other, *, alpha=1, out=None):
+    """input + alpha * other, broadcasting like torch.add; other may be a number."""
+    if type(other) is _Tensor and other.ndim:  # the common case first: no other checks
+        return _launch(_ADD_TENSOR, input, other, alpha, out)
+    if check.is_scalar(other):
+        return _launch(_ADD_SCALAR, input, check.scalar("add", "other", other, input), alpha, out)
+    return _launch(_ADD_TENSOR, input, other, alpha, out)
+
+
+def sub(input, other, *, alpha=1, out=None):
+    """input - alpha * other, broadcasting like torch.sub; other may be a number."""
+    if check.is_scalar(other):
+        return _launch(
+            _SUB["scalar"], input, check.scalar("sub", "other", other, input), alpha, out
+        )
+    return _launch(_SUB["tensor"], input, other, alpha, out)
+
+
+def mul(input, other, *, out=None):
+    """input * other, broadcasting like torch.mul; other may be a number."""
+    if check.is_scalar(other):
+        return _launch(_MUL["scalar"], input, check.scalar("mul", "other", other, input), out)
+    return _launch(_MUL["tensor"], input, other, out)
+
+
+_DIV = {
+    (mode, kind): _C.group(f"div-rounding_mode={mode}-other={kind}")
+    for mode in ("none", "trunc", "floor")
+    for kind in ("tensor", "scalar")
+}
+
+
+def div(input, other, *, rounding_mode=None, out=None):
+    """input / other (torch.div): true division, or rounded with "trunc" or "floor"."""
+    mode = "none" if rounding_mode is None else rounding_mode
+    if (mode, "tensor") not in _DIV or rounding_mode == "none":
+        raise ValueError(
+            f"div: rounding_mode must be None, 'trunc' or 'floor', not {rounding_mode!r}"
+        )
+    if check.is_scalar(other):
+        value = check.scalar("div", "other", other, input)
+        return _launch(_DIV[mode, "scalar"], input, value, out)
+    return _launch(_DIV[mode, "tensor"], input, other, out)
+
+
+_POW = check.groups("pow", "exponent", ("tensor", "scalar"))
+
+
+def pow(input, exponent, *, out=None):
+    """input ** exponent (torch.pow); exponent a tensor or a number."""
+    if check.is_scalar(exponent):
+        value = check.scalar("pow", "exponent", exponent, input)
+        return _launch(_POW["scalar"], input, value, out)
+    return _launch(_POW["tensor"], input, exponent, out)
+
+
+_CLAMP = _C.group("clamp")
+
+
+def clamp(input, min=None, max=None):
+    """torch.clamp with numbers as bounds; NaN stays NaN."""
+    if min is None and max is None:
+        raise ValueError("clamp: at least one of min and max must be given")
+    bounds = []
+    for name, bound, missing in (("min", min, -math.inf), ("max", max, math.inf)):
+        if bound is None:
+            bounds.append(missing)
+        elif check.is_scalar(bound):
+            bounds.append(check.scalar("clamp", name, bound, input))
+        else:
+            raise TypeError(f"clamp: {name} must be a number: tensor bounds are not prebuilt")
+    return _launch(_CLAMP, input, *bounds, None)
+
+
+def _binary(name):
+    groups = check.groups(name, "other", ("tensor", "scalar"))
+
+    def function(input, other, *, out=None):
+        if check.is_scalar(other):
+            value = check.scalar(name, "other", other, input)
+            return _launch(groups["scalar"], input, value, out)
+        return _launch(groups["tensor"], input, other, out)
+
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = f"torch.{name} on prebuilt kernels; other may be a number."
+    return function
+
+
+eq, ne, lt, le, gt, ge = (_binary(name) for name in ("eq", "ne", "lt", "le", "gt", "ge"))
+bitwise_and = _binary("bitwise_and")
+bitwise_or = _binary("bitwise_or")
+
+_DROPOUT = _C.group("dropout")
+
+
+def dropout(input, p=0.5, training=True, inplace=False):
+    """torch.nn.functional.dropout: each element zeroed with probability p, survivors
+    scaled by 1 / (1 - p). The mask is drawn from torch's CUDA generator, so it is
+    fresh per call and repeats under torch.manual_seed. (Captured in a CUDA graph,
+    a replay reuses the captured mask.)"""
+    check.tensor("dropout", "input", input)
+    if not 0 <= p <= 1:
+        raise ValueError(f"dropout: p must be between 0 and 1, not {p}")
+    if not training or p == 0:
+        return input
+    if not input.is_cuda:
+        raise TypeError("dropout: expected a CUDA tensor; move it with .cuda()")
+    generator = torch.cuda.default_generators[input.device.index]
+    seed, offset = generator.initial_seed(), generator.get_offset()
+    generator.set_offset(offset + (input.numel() + 3) // 4 * 4)
+    scale = 0.0 if p == 1 else 1.0 / (1.0 - p)
+    return _launch(_DROPOUT, input, seed, offset, p, scale, input if inplace else None)

@@ -1,0 +1,106 @@
+"""Matrix products: mm, bmm, addmm, and matmul routing to them. fp32 goes through
+TF32 unless torch.get_float32_matmul_precision() is "highest"."""
+
+import torch
+
+from ntops_prebuilt import _C
+from ntops_prebuilt import _checks as check
+
+_launch = _C.launch
+_PRECISIONS = ("tf32", "ieee")
+_MM = check.groups("mm", "fp32_precision", _PRECISIONS)
+_BMM = check.groups("bmm", "fp32_precision", _PRECISIONS)
+_ADDMM = check.groups("addmm", "fp32_precision", _PRECISIONS)
+
+
+def _precision(input):
+    ieee = input.dtype == torch.float32 and torch.get_float32_matmul_precision() == "highest"
+    return "ieee" if ieee else "tf32"
+
+
+def _product(op, input, mat2, out, ndim):
+    """Checks of a (batched) product; the output, allocated or checked."""
+    check.tensor(op, "input", input)
+    check.tensor(op, "mat2", mat2)
+    if input.ndim != ndim or mat2.ndim != ndim:
+        raise ValueError(f"{op}: expected {ndim}-D tensors, got {input.ndim}-D and {mat2.ndim}-D")
+    *batch, rows, inner = input.shape
+    *other_batch, other_inner, columns = mat2.shape
+    if other_inner != inner or other_batch != batch:
+        raise ValueError(
+            f"{op}: input is {list(input.shape)} and mat2 is {list(mat2.shape)}; "
+            "their inner dims (and batches) must match"
+        )
+    shape = (*batch, rows, columns)
+    if out is None:
+        return input.new_empty(shape)
+    check.tensor(op, "out", out)
+    if tuple(out.shape) != shape:
+        raise ValueError(f"{op}: out has shape {list(out.shape)}, the product is {list(shape)}")
+    return out
+
+
+def mm(input, mat2, *, out=None):
+    """input @ mat2 for 2-D tensors."""
+    out = _product("mm", input, mat2, out, 2)
+    _launch(_MM[_precision(input)], input, mat2, out)
+    return out
+
+
+def bmm(input, mat2, *, out=None):
+    """input[b] @ mat2[b] for 3-D tensors."""
+    out = _product("bmm", input, mat2, out, 3)
+    _launch(_BMM[_precision(input)], input, mat2, out)
+    return out
+
+
+def addmm(input, mat1, mat2, *, beta=1, alpha=1, out=None):
+    """beta * input + alpha * (mat1 @ mat2); input broadcasts to the product's shape."""
+    check.tensor("addmm", "input", input)
+    out = _product("addmm", mat1, mat2, out, 2)
+    try:
+        bias = input.expand(out.shape)
+    except RuntimeError as error:
+        raise ValueError(
+            f"addmm: input of shape {list(input.shape)} does not broadcast to {list(out.shape)}"
+        ) from error
+    for name, value in (("beta", beta), ("alpha", alpha)):
+        if not isinstance(value, (bool, int, float)):
+            raise TypeError(f"addmm: {name} must be a number, not {type(value).__name__}")
+    _launch(_ADDMM[_precision(mat1)], bias, mat1, mat2, beta, alpha, out)
+    return out
+
+
+def matmul(input, other, *, out=None):
+    """torch.matmul: dot, matrix-vector, matrix and batched products; leading batch
+    dims broadcast, and fold into rows when `other` is a matrix or a vector."""
+    check.tensor("matmul", "input", input)
+    check.tensor("matmul", "other", other)
+    if input.ndim == other.ndim == 2:
+        return mm(input, other, out=out)
+    if input.ndim == other.ndim == 3 and input.shape[0] == other.shape[0]:
+        return bmm(input, other, out=out)
+    if input.ndim == 0 or other.ndim == 0:
+        raise ValueError("matmul: both arguments need at least one dim")
+    left = input if input.ndim > 1 else input.unsqueeze(0)
+    right = other if other.ndim > 1 else other.unsqueeze(-1)
+    if right.ndim == 2:  # fold every leading dim of `left` into its rows
+        rows = left.reshape(-1, left.shape[-1])
+        result = mm(rows, right).view(*left.shape[:-1], right.shape[-1])
+    else:
+        batch = torch.broadcast_shapes(left.shape[:-2], right.shape[:-2])
+        left = left.expand(*batch, *left.shape[-2:]).reshape(-1, *left.shape[-2:])
+        right = right.expand(*batch, *right.shape[-2:]).reshape(-1, *right.shape[-2:])
+        result = bmm(left, right).view(*batch, left.shape[-2], right.shape[-1])
+    if other.ndim == 1:
+        result = result.squeeze(-1)
+    if input.ndim == 1:
+        result = result.squeeze(-2 if other.ndim > 1 else -1)
+    if out is None:
+        return result
+    check.tensor("matmul", "out", out)
+    if out.shape != result.shape:
+        raise ValueError(
+            f"matmul: out has shape {list(out.shape)}, the product is {list(result.shape)}"
+        )
+    return out.copy_(result)

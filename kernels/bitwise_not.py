@@ -1,0 +1,17 @@
+"""bitwise_not: ~input (torch.bitwise_not); for bool tensors, logical not."""
+
+from ntops_aot.aot.space import BOOL, INTEGERS, VariantSpace
+from ntops_aot.kernels import element_wise
+
+SPACE = VariantSpace(dtypes=INTEGERS + BOOL, ndims=element_wise.NDIMS)
+
+arrangement = element_wise.arrangement
+config = element_wise.config
+
+
+def application(input, output):
+    output = ~input  # noqa: F841
+
+
+def premake(ndim, dtype, block_size=element_wise.BLOCK_SIZE):
+    return element_wise.unary(application, ndim, dtype, block_size=block_size)

@@ -1,0 +1,27 @@
+"""eq: input == other, a bool tensor (torch.eq).
+
+`other` is a tensor of the input's dtype or a Python scalar, cast to the input's
+dtype first as torch does (an fp16 tensor compares with fp16(0.1), not with 0.1).
+"""
+
+import ninetoothed.language as ntl
+
+from ntops_aot.aot.space import BOOL, FLOATS, INTEGERS, VariantSpace
+from ntops_aot.kernels import element_wise
+
+SPACE = VariantSpace(
+    dtypes=FLOATS + INTEGERS + BOOL, ndims=element_wise.NDIMS, switches=element_wise.OTHER
+)
+
+arrangement = element_wise.arrangement
+config = element_wise.config
+
+
+def application(input, other, output):
+    output = input == ntl.cast(other, input.dtype)  # noqa: F841
+
+
+def premake(ndim, dtype, other="tensor", block_size=element_wise.BLOCK_SIZE):
+    return element_wise.binary(
+        application, ndim, dtype, other, output_dtype="i1", block_size=block_size
+    )

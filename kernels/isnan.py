@@ -1,0 +1,19 @@
+"""isnan: input != input (torch.isnan), a bool tensor."""
+
+import ninetoothed.language as ntl  # noqa: F401
+
+from ntops_aot.aot.space import FLOATS, VariantSpace
+from ntops_aot.kernels import element_wise
+
+SPACE = VariantSpace(dtypes=FLOATS, ndims=element_wise.NDIMS)
+
+arrangement = element_wise.arrangement
+config = element_wise.config
+
+
+def application(input, output):
+    output = input != input  # noqa: F841
+
+
+def premake(ndim, dtype, block_size=element_wise.BLOCK_SIZE):
+    return element_wise.unary(application, ndim, dtype, output_dtype="i1", block_size=block_size)

@@ -1,0 +1,20 @@
+"""silu: input * sigmoid(input) (torch.nn.functional.silu), in fp32 for half types."""
+
+import ninetoothed.language as ntl
+
+from ntops_aot.aot.space import FLOATS, VariantSpace
+from ntops_aot.kernels import element_wise
+
+SPACE = VariantSpace(dtypes=FLOATS, ndims=element_wise.NDIMS)
+
+arrangement = element_wise.arrangement
+config = element_wise.config
+
+
+def application(input, output):
+    x = ntl.cast(input, ntl.float32)
+    output = x / (1.0 + ntl.exp(-x))  # noqa: F841
+
+
+def premake(ndim, dtype, block_size=element_wise.BLOCK_SIZE):
+    return element_wise.unary(application, ndim, dtype, block_size=block_size)

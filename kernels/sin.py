@@ -1,0 +1,20 @@
+"""sin (torch.sin): libdevice's, accurate over the whole range, in fp32 for half types."""
+
+import ninetoothed.language as ntl
+from ninetoothed.language import libdevice
+
+from ntops_aot.aot.space import FLOATS, VariantSpace
+from ntops_aot.kernels import element_wise
+
+SPACE = VariantSpace(dtypes=FLOATS, ndims=element_wise.NDIMS)
+
+arrangement = element_wise.arrangement
+config = element_wise.config
+
+
+def application(input, output):
+    output = libdevice.sin(ntl.cast(input, ntl.float32))  # noqa: F841
+
+
+def premake(ndim, dtype, block_size=element_wise.BLOCK_SIZE):
+    return element_wise.unary(application, ndim, dtype, block_size=block_size)

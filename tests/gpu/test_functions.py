@@ -1,0 +1,419 @@
+"""torch semantics of the whole ntops.torch API: every dtype, odd shapes, views,
+broadcasting, Python scalars, every switch, and the errors bad input must get."""
+
+import math
+
+import pytest
+import torch
+
+from tests.gpu.layouts import values
+
+F = torch.nn.functional
+FLOATS = [torch.float16, torch.bfloat16, torch.float32]
+INTEGERS = [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8]
+TOL = {
+    torch.float16: {"rtol": 2e-3, "atol": 2e-3},
+    torch.bfloat16: {"rtol": 1.6e-2, "atol": 1e-2},
+    torch.float32: {"rtol": 2e-5, "atol": 2e-5},
+}
+ODD = (6, 42, 123)
+
+
+def views(x):
+    """The tensor itself, dense in another order, strided and unaligned, and permuted."""
+    return [x, x.transpose(0, 2), x[:, ::2, 1:], x.permute(1, 2, 0)]
+
+
+def close(got, want, dtype=None):
+    torch.testing.assert_close(got, want, equal_nan=True, **TOL[dtype or want.dtype])
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize(
+    "name", ["abs", "neg", "exp", "rsqrt", "sin", "cos", "sigmoid", "tanh", "relu", "silu"]
+)
+def test_unary_float_functions(nt, name, dtype):
+    x = values(ODD, dtype, "positive" if name == "rsqrt" else None)
+    reference = {"relu": torch.relu, "silu": F.silu}.get(name, getattr(torch, name, None))
+    for view in views(x):
+        close(getattr(nt, name)(view), reference(view))
+    if name in ("relu", "silu"):
+        y = x.clone()
+        assert getattr(nt, name)(y, inplace=True) is y
+        close(y, reference(x))
+    else:
+        out = torch.empty_like(x)
+        assert getattr(nt, name)(x, out=out) is out
+        close(out, reference(x))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_isnan_isinf_and_nan_propagation(nt, dtype):
+    x = values(ODD, dtype)
+    x[0, 0, :3] = float("nan")
+    x[1, 1, :3] = float("inf")
+    x[2, 2, :3] = -float("inf")
+    for view in views(x):
+        assert torch.equal(nt.isnan(view), torch.isnan(view))
+        assert torch.equal(nt.isinf(view), torch.isinf(view))
+        assert nt.isnan(view).dtype == torch.bool
+    assert nt.relu(x)[0, 0, :3].isnan().all()
+    assert nt.clamp(x, -1, 1)[0, 0, :3].isnan().all()
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_arithmetic_with_tensors_scalars_and_broadcasting(nt, dtype):
+    x, y = values(ODD, dtype), values(ODD, dtype)
+    row = values((123,), dtype)
+    for other in (y, row, values((42, 1), dtype), 2, 0.5, True, torch.tensor(1.25)):
+        close(nt.add(x, other, alpha=0.5), torch.add(x, other, alpha=0.5))
+        close(nt.sub(x, other, alpha=2), torch.sub(x, other, alpha=2))
+        close(nt.mul(x, other), torch.mul(x, other))
+        close(nt.div(x, other), torch.div(x, other))
+    for view in views(x):
+        close(nt.add(view, view.clone()), view + view)
+    out = torch.empty_like(x)
+    assert nt.sub(x, y, out=out) is out
+    close(out, x - y)
+    close(nt.pow(x.abs() + 0.1, y), torch.pow(x.abs() + 0.1, y))
+    close(nt.pow(x, 2), torch.pow(x, 2))
+    close(nt.pow(x.abs(), 0.5), torch.pow(x.abs(), 0.5))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_division_rounding_modes(nt, dtype):
+    x, y = values(ODD, dtype) * 10, values(ODD, dtype)
+    for mode in (None, "trunc", "floor"):
+        close(nt.div(x, y, rounding_mode=mode), torch.div(x, y, rounding_mode=mode))
+        close(nt.div(x, 0.3, rounding_mode=mode), torch.div(x, 0.3, rounding_mode=mode))
+    ones = torch.tensor([1.0, -1.0, 7.0, 0.0, -0.0], device="cuda", dtype=dtype)
+    assert torch.equal(
+        nt.div(ones, 0.1, rounding_mode="floor"), torch.div(ones, 0.1, rounding_mode="floor")
+    )
+    zero = torch.zeros_like(ones)
+    close(nt.div(ones, zero), torch.div(ones, zero))
+    with pytest.raises(ValueError, match="rounding_mode"):
+        nt.div(x, y, rounding_mode="round")
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_clamp(nt, dtype):
+    x = values(ODD, dtype)
+    close(nt.clamp(x, -0.5, 0.5), torch.clamp(x, -0.5, 0.5))
+    close(nt.clamp(x, min=0), torch.clamp(x, min=0))
+    close(nt.clamp(x[:, ::3], max=0.25), torch.clamp(x[:, ::3], max=0.25))
+    close(nt.clamp(x, 1.0, -1.0), torch.clamp(x, 1.0, -1.0))  # min > max: all max
+    with pytest.raises(ValueError, match="at least one"):
+        nt.clamp(x)
+    with pytest.raises(TypeError, match="tensor bounds"):
+        nt.clamp(x, min=x)
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTEGERS + [torch.bool])
+@pytest.mark.parametrize("name", ["eq", "ne", "lt", "le", "gt", "ge"])
+def test_comparisons(nt, name, dtype):
+    x, y = values(ODD, dtype), values(ODD, dtype)
+    y[::2] = x[::2]  # some equal pairs
+    function, reference = getattr(nt, name), getattr(torch, name)
+    scalars = (
+        [True, False]
+        if dtype == torch.bool
+        else [0, 3, 300, -1]
+        if not dtype.is_floating_point
+        else [0, 0.1, 2, True]
+    )
+    for other in (y, y[0], *scalars):
+        result = function(x, other)
+        assert result.dtype == torch.bool
+        assert torch.equal(result, reference(x, other)), other
+    for view in views(x):
+        assert torch.equal(function(view, view.clone()), reference(view, view))
+    out = torch.empty(ODD, dtype=torch.bool, device="cuda")
+    assert function(x, y, out=out) is out
+    with pytest.raises(TypeError, match=r"torch\.bool"):
+        function(
+            x,
+            y,
+            out=torch.empty_like(x) if dtype != torch.bool else torch.empty(ODD, device="cuda"),
+        )
+
+
+def test_promotion_is_refused_clearly(nt):
+    h, f = values(ODD, torch.float16), values(ODD, torch.float32)
+    i, b = values(ODD, torch.int32), values(ODD, torch.bool)
+    cases = [
+        (TypeError, "one dtype", lambda: nt.add(h, f)),
+        (TypeError, "one dtype", lambda: nt.eq(h, f)),
+        (TypeError, "promote to float", lambda: nt.eq(i, 2.5)),
+        (TypeError, "promote to int", lambda: nt.eq(b, 2)),
+        (TypeError, "promote to int", lambda: nt.bitwise_and(b, 1)),
+        (TypeError, "must be a tensor or a Python number", lambda: nt.mul(h, "2")),
+        (nt.NotBuiltError, "add takes fp16, bf16, fp32 only", lambda: nt.add(i, i)),
+    ]
+    for error, words, call in cases:
+        with pytest.raises(error, match=words):
+            call()
+
+
+@pytest.mark.parametrize("dtype", [*INTEGERS, torch.bool])
+def test_bitwise(nt, dtype):
+    x, y = values(ODD, dtype), values(ODD, dtype)
+    scalars = [True, False] if dtype == torch.bool else [0, 7, -1, 300]
+    for other in (y, y[0], *scalars):
+        assert torch.equal(nt.bitwise_and(x, other), torch.bitwise_and(x, other))
+        assert torch.equal(nt.bitwise_or(x, other), torch.bitwise_or(x, other))
+    for view in views(x):
+        assert torch.equal(nt.bitwise_not(view), torch.bitwise_not(view))
+    out = torch.empty_like(x)
+    assert nt.bitwise_not(x, out=out) is out
+    assert torch.equal(out, ~x)
+
+
+def test_dropout(nt):
+    x = torch.randn(1 << 20, device="cuda")
+    assert nt.dropout(x, 0.5, training=False) is x
+    assert nt.dropout(x, 0.0) is x
+    assert torch.equal(nt.dropout(x, 1.0), torch.zeros_like(x))
+    torch.manual_seed(7)
+    first, second = nt.dropout(x, 0.3), nt.dropout(x, 0.3)
+    assert not torch.equal(first, second)  # a fresh mask per call
+    torch.manual_seed(7)
+    assert torch.equal(nt.dropout(x, 0.3), first)  # the same stream under the same seed
+    kept = first != 0
+    assert abs(kept.float().mean().item() - 0.7) < 0.01
+    close(first[kept], x[kept] / 0.7)
+    y = x.clone()
+    assert nt.dropout(y, 0.5, inplace=True) is y
+    assert ((y == 0) | torch.isclose(y, x * 2)).all()
+    for dtype in (torch.float16, torch.bfloat16):
+        half = x.to(dtype)[:1000].reshape(10, 100)[:, ::3]
+        out = nt.dropout(half, 0.5)
+        assert ((out == 0) | torch.isclose(out, half * 2)).all()
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        nt.dropout(x, 1.5)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_layer_norm(nt, dtype):
+    x = values(ODD, dtype)
+    weight, bias = values((123,), dtype), values((123,), dtype)
+
+    def reference(input, shape, w=None, b=None, eps=1e-5):
+        w, b = (None if t is None else t.float() for t in (w, b))
+        return F.layer_norm(input.float(), shape, w, b, eps).to(dtype)
+
+    for w, b in ((weight, bias), (weight, None), (None, bias), (None, None)):
+        close(nt.layer_norm(x, (123,), w, b), reference(x, (123,), w, b), dtype)
+    close(
+        nt.layer_norm(x.transpose(0, 1), (123,), weight, bias, 1e-3),
+        reference(x.transpose(0, 1), (123,), weight, bias, 1e-3),
+        dtype,
+    )
+    w2, b2 = values((42, 123), dtype), values((42, 123), dtype)
+    close(nt.layer_norm(x, (42, 123), w2, b2), reference(x, (42, 123), w2, b2), dtype)
+    long = values((3, 5000), dtype) * 10 + 100  # a large mean: the variance is two-pass
+    close(nt.layer_norm(long, (5000,)), reference(long, (5000,)), dtype)
+    with pytest.raises(ValueError, match="normalized_shape"):
+        nt.layer_norm(x, (42,))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_matrix_products(nt, dtype):
+    def check(result, expected):
+        error = (result.double() - expected).norm() / expected.norm()
+        assert error < (1e-2 if dtype == torch.bfloat16 else 3e-3)
+
+    a, b = values((123, 77), dtype), values((77, 45), dtype)
+    batch_a, batch_b = values((5, 123, 77), dtype), values((5, 77, 45), dtype)
+    check(nt.bmm(batch_a, batch_b), batch_a.double() @ batch_b.double())
+    check(
+        nt.bmm(batch_a.transpose(1, 2).contiguous().transpose(1, 2), batch_b),
+        batch_a.double() @ batch_b.double(),
+    )
+    bias = values((45,), dtype)
+    check(nt.addmm(bias, a, b), bias.double() + a.double() @ b.double())
+    check(
+        nt.addmm(bias[None, :].expand(123, 45).contiguous(), a, b, beta=0.5, alpha=2),
+        0.5 * bias.double() + 2 * (a.double() @ b.double()),
+    )
+    poisoned = torch.full((123, 45), float("nan"), device="cuda", dtype=dtype)
+    assert not nt.addmm(poisoned, a, b, beta=0).isnan().any()  # beta 0 ignores input, as in torch
+    vector, other_vector = values((77,), dtype), values((77,), dtype)
+    four = values((2, 3, 123, 77), dtype)
+    for left, right in [
+        (a, b),
+        (vector, b),
+        (a, vector),
+        (vector, other_vector),
+        (four, b),
+        (four, vector),
+        (batch_a, batch_b),
+        (values((2, 1, 123, 77), dtype), values((3, 77, 45), dtype)),
+        (vector, batch_b),
+    ]:
+        result = nt.matmul(left, right)
+        expected = torch.matmul(left.double(), right.double())
+        assert result.shape == expected.shape
+        check(result, expected)
+    out = torch.empty(123, 45, device="cuda", dtype=dtype)
+    assert nt.matmul(a, b, out=out) is out
+    with pytest.raises(ValueError, match="inner dims"):
+        nt.bmm(batch_a, batch_a)
+    with pytest.raises(ValueError, match="broadcast"):
+        nt.addmm(values((7,), dtype), a, b)
+
+
+def sdpa_reference(q, k, v, mask=None, causal=False, lower_right=False, scale=None):
+    group = q.shape[1] // k.shape[1]
+    k, v = (t.double().repeat_interleave(group, 1) for t in (k, v))
+    scores = q.double() @ k.transpose(-1, -2) * (scale or 1 / math.sqrt(q.shape[-1]))
+    if causal:
+        rows, columns = (
+            torch.arange(q.shape[2], device="cuda"),
+            torch.arange(k.shape[2], device="cuda"),
+        )
+        offset = k.shape[2] - q.shape[2] if lower_right else 0
+        scores = scores.masked_fill(columns[None, :] > rows[:, None] + offset, float("-inf"))
+    if mask is not None:
+        scores = (
+            scores.masked_fill(~mask, float("-inf"))
+            if mask.dtype == torch.bool
+            else scores + mask.double()
+        )
+    return torch.softmax(scores, -1) @ v
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_attention(nt, dtype, head_dim):
+    tolerance = (
+        {"rtol": 1e-2, "atol": 1e-2} if dtype != torch.float32 else {"rtol": 1e-4, "atol": 1e-4}
+    )
+    sdpa = nt.scaled_dot_product_attention
+
+    def check(result, expected):
+        torch.testing.assert_close(result, expected.to(dtype), **tolerance)
+
+    q = values((2, 8, 77, head_dim), dtype)
+    k, v = values((2, 2, 130, head_dim), dtype), values((2, 2, 130, head_dim), dtype)
+    check(sdpa(q, k, v, enable_gqa=True), sdpa_reference(q, k, v))
+    check(sdpa(q, k, v, enable_gqa=True, scale=0.3), sdpa_reference(q, k, v, scale=0.3))
+    check(sdpa(q, k, v, is_causal=True, enable_gqa=True), sdpa_reference(q, k, v, causal=True))
+    lower = sdpa(
+        q, k, v, is_causal=True, enable_gqa=True, causal_variant=nt.CausalVariant.LOWER_RIGHT
+    )
+    check(lower, sdpa_reference(q, k, v, causal=True, lower_right=True))
+    same = values((2, 8, 130, head_dim), dtype)
+    check(sdpa(same, same, same, is_causal=True), sdpa_reference(same, same, same, causal=True))
+    keep = torch.rand(2, 1, 77, 130, device="cuda") > 0.4
+    keep[..., 0] = True
+    check(sdpa(q, k, v, keep, enable_gqa=True), sdpa_reference(q, k, v, keep.expand(2, 8, 77, 130)))
+    bias = values((8, 1, 130), dtype)
+    check(sdpa(q, k, v, bias, enable_gqa=True), sdpa_reference(q, k, v, bias.expand(2, 8, 77, 130)))
+    check(
+        sdpa(q.transpose(1, 2).contiguous().transpose(1, 2), k, v, enable_gqa=True),
+        sdpa_reference(q, k, v),
+    )
+
+
+def test_attention_kv_cache(nt):
+    dtype, head_dim = torch.float16, 128
+    cache_k = values((1, 4, 64, head_dim), dtype)
+    cache_v = values((1, 4, 64, head_dim), dtype)
+    new_k, new_v = values((1, 4, 1, head_dim), dtype), values((1, 4, 1, head_dim), dtype)
+    q = values((1, 4, 1, head_dim), dtype)
+    position = 40
+    visible_k, visible_v = cache_k[:, :, : position + 1], cache_v[:, :, : position + 1]
+    out = nt.scaled_dot_product_attention(
+        q,
+        visible_k,
+        visible_v,
+        present_key=new_k,
+        present_value=new_v,
+        present_key_slot=cache_k[:, :, position : position + 1],
+        present_value_slot=cache_v[:, :, position : position + 1],
+    )
+    assert torch.equal(cache_k[:, :, position : position + 1], new_k)
+    torch.testing.assert_close(
+        out, sdpa_reference(q, visible_k, visible_v).to(dtype), rtol=1e-2, atol=1e-2
+    )
+
+
+def test_attention_errors(nt):
+    q, k = values((1, 4, 8, 64), torch.float16), values((1, 2, 8, 64), torch.float16)
+    sdpa = nt.scaled_dot_product_attention
+    cases = [
+        (ValueError, "enable_gqa", lambda: sdpa(q, k, k)),
+        (
+            ValueError,
+            "multiple",
+            lambda: sdpa(
+                q,
+                values((1, 3, 8, 64), torch.float16),
+                values((1, 3, 8, 64), torch.float16),
+                enable_gqa=True,
+            ),
+        ),
+        (ValueError, "dropout_p", lambda: sdpa(q, q, q, dropout_p=0.1)),
+        (
+            ValueError,
+            "cannot be used together",
+            lambda: sdpa(
+                q, q, q, torch.ones(8, 8, dtype=torch.bool, device="cuda"), is_causal=True
+            ),
+        ),
+        (
+            ValueError,
+            "broadcast",
+            lambda: sdpa(q, q, q, torch.ones(7, 8, dtype=torch.bool, device="cuda")),
+        ),
+        (
+            nt.NotBuiltError,
+            "head_dim 96",
+            lambda: sdpa(*(values((1, 2, 8, 96), torch.float16),) * 3),
+        ),
+        (ValueError, "together", lambda: sdpa(q, q, q, present_key=q)),
+    ]
+    for error, words, call in cases:
+        with pytest.raises(error, match=words):
+            call()
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("interleaved", [True, False])
+def test_rotary_position_embedding(nt, dtype, interleaved):
+    batch, seq, heads, head_dim = 3, 17, 5, 128
+    x = values((batch, seq, heads, head_dim), dtype)
+    angles = torch.rand(seq, head_dim // 2, device="cuda") * 6
+    sin, cos = angles.sin().to(dtype), angles.cos().to(dtype)
+    half = head_dim // 2
+
+    def reference(x):
+        x0, x1 = (x[..., 0::2], x[..., 1::2]) if interleaved else (x[..., :half], x[..., half:])
+        s, c = sin[None, :, None, :].float(), cos[None, :, None, :].float()
+        o0, o1 = x0.float() * c - x1.float() * s, x0.float() * s + x1.float() * c
+        out = torch.stack((o0, o1), -1).flatten(-2) if interleaved else torch.cat((o0, o1), -1)
+        return out.to(dtype)
+
+    close(nt.rotary_position_embedding(x, sin, cos, interleaved), reference(x))
+    close(
+        nt.rotary_position_embedding(
+            x.transpose(1, 2).contiguous().transpose(1, 2), sin, cos, interleaved
+        ),
+        reference(x),
+    )
+    y = x.clone()
+    assert nt.rotary_position_embedding(y, sin, cos, interleaved, inplace=True) is y
+    close(y, reference(x))
+    with pytest.raises(ValueError, match="head_dim / 2"):
+        nt.rotary_position_embedding(x, sin[:, :3], cos, interleaved)
+
+
+def test_compilation_settings_belong_to_the_build(nt):
+    nt.set_default_max_num_configs(4)
+    with pytest.raises(nt.NotBuiltError, match="ntops-aot build --num-warps 2"):
+        nt.set_default_num_warps(2)
+    with pytest.raises(nt.NotBuiltError, match="--num-stages 5"):
+        nt.set_default_num_stages(5)
+    with pytest.raises(ValueError, match="positive int"):
+        nt.set_default_max_num_configs(0)

@@ -1,0 +1,219 @@
+"""Each kernel's math, on the CPU: the kernel files' arrangement and application run
+through ninetoothed's JIT under Triton's interpreter (numpy, no GPU) and are compared
+with torch. The GPU suite checks the compiled cubins; this catches a wrong kernel in
+CI, before any GPU sees it. Triton's interpreter lacks some libdevice functions
+(div_rn, fmod, tanh, sin, cos, pow, erf), so div, gelu, tanh, sin, cos and pow are
+left to the GPU suite.
+
+Triton decides at import whether its own library runs interpreted, so every check
+runs in a fresh process started with TRITON_INTERPRET=1."""
+
+import math
+import os
+import pathlib
+import subprocess
+import sys
+
+import torch
+
+F = torch.nn.functional
+ROOT = pathlib.Path(__file__).parents[2]
+
+
+def interpreted(test):
+    """Run `test` in a fresh interpreter-mode process, with `make` building kernels."""
+
+    def run(tmp_path):
+        script = (
+            "import pathlib, sys\n"
+            f"sys.path.insert(0, {str(ROOT)!r})\n"
+            "from tests.unit import test_interpreted as checks\n"
+            f"checks.{test.__name__}(checks.maker(pathlib.Path({str(tmp_path)!r})))\n"
+        )
+        env = dict(os.environ, TRITON_INTERPRET="1", HOME=str(tmp_path))
+        done = subprocess.run(
+            [sys.executable, "-c", script], env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    run.__name__ = test.__name__
+    return run
+
+
+def maker(build_dir):
+    from ntops_aot.aot import ops, toolchain
+    from ntops_aot.aot.targets import TARGETS
+
+    registry = ops.discover(build_dir)
+    toolchain.use_target(TARGETS["sm_90"])
+    import ninetoothed
+
+    def make(op, ndim, dtype="fp32", **options):
+        arrangement, application, tensors = registry[op].module.premake(ndim, dtype, **options)
+        return ninetoothed.make(arrangement, application, tensors)
+
+    return make
+
+
+def check_element_wise(make):
+    x, y = torch.randn(7, 129), torch.randn(7, 129)
+    out = torch.empty_like(x)
+    make("add", 2)(x, y, 0.5, out)
+    torch.testing.assert_close(out, x + 0.5 * y)
+    make("sub", 2, other="scalar")(x, 1.5, 2.0, out)
+    torch.testing.assert_close(out, x - 3.0)
+    make("mul", 1)(x.flatten(), y.flatten(), out.view(-1))
+    torch.testing.assert_close(out, x * y)
+    for op, reference in [
+        ("abs", torch.abs),
+        ("neg", torch.neg),
+        ("exp", torch.exp),
+        ("sigmoid", torch.sigmoid),
+        ("relu", torch.relu),
+        ("silu", F.silu),
+        ("rsqrt", torch.rsqrt),
+    ]:
+        positive = x.abs() + 0.1
+        make(op, 2)(positive, out)
+        torch.testing.assert_close(out, reference(positive), msg=op)
+    make("clamp", 2)(x, -0.5, 0.25, out)
+    torch.testing.assert_close(out, x.clamp(-0.5, 0.25))
+
+
+def check_comparisons_and_bitwise(make):
+    x = torch.randint(-5, 5, (300,), dtype=torch.int32)
+    y = torch.randint(-5, 5, (300,), dtype=torch.int32)
+    result = torch.empty(300, dtype=torch.bool)
+    make("lt", 1, "i32")(x, y, result)
+    assert torch.equal(result, x < y)
+    make("eq", 1, "i32", other="scalar")(x, 3, result)
+    assert torch.equal(result, x == 3)
+    ints = torch.empty_like(x)
+    make("bitwise_and", 1, "i32")(x, y, ints)
+    assert torch.equal(ints, x & y)
+    flags = x > 0
+    make("bitwise_not", 1, "i1")(flags, result)
+    assert torch.equal(result, ~flags)
+    special = torch.tensor([1.0, float("nan"), float("inf"), -float("inf")])
+    make("isinf", 1)(special, result[:4])
+    assert torch.equal(result[:4], torch.isinf(special))
+
+
+def check_rows(make):
+    x = torch.randn(5, 3000)
+    weight, bias = torch.randn(3000), torch.randn(3000)
+    out = torch.empty_like(x)
+    make("softmax", 2)(x, out)
+    torch.testing.assert_close(out, torch.softmax(x, -1))
+    make("rms_norm", 2)(x, weight, 1e-6, out)
+    torch.testing.assert_close(out, F.rms_norm(x, (3000,), weight, 1e-6))
+    make("layer_norm", 2)(x, weight, bias, 1e-5, out)
+    torch.testing.assert_close(out, F.layer_norm(x, (3000,), weight, bias, 1e-5))
+    make("layer_norm", 2, weight="none")(x, bias, 1e-5, out)
+    torch.testing.assert_close(out, F.layer_norm(x, (3000,), None, bias, 1e-5))
+
+
+def check_matrix_products(make):
+    small = {"block_size_m": 16, "block_size_n": 16, "block_size_k": 16}
+    a, b = torch.randn(37, 23), torch.randn(23, 29)
+    out = torch.empty(37, 29)
+    make("mm", 2, fp32_precision="ieee", **small)(a, b, out)
+    torch.testing.assert_close(out, a @ b)
+    batch = torch.empty(3, 37, 29)
+    make("bmm", 3, fp32_precision="ieee", **small)(a.expand(3, 37, 23), b.expand(3, 23, 29), batch)
+    torch.testing.assert_close(batch, (a @ b).expand(3, 37, 29))
+    bias = torch.randn(29)
+    make("addmm", 2, fp32_precision="ieee", **small)(bias.expand(37, 29), a, b, 0.5, 2.0, out)
+    torch.testing.assert_close(out, torch.addmm(bias, a, b, beta=0.5, alpha=2.0))
+
+
+def check_attention(make):
+    for mask in ("none", "causal", "bool", "float"):
+        attention_with(make, mask)
+
+
+def attention_with(make, mask):
+    batch, heads_q, heads_kv, seq_q, seq_kv, head_dim = 2, 4, 2, 37, 53, 64
+    q = torch.randn(batch, heads_q, seq_q, head_dim)
+    k, v = (torch.randn(batch, heads_kv, seq_kv, head_dim) for _ in range(2))
+    kernel = make(
+        "scaled_dot_product_attention",
+        4,
+        head_dim="64",
+        mask=mask,
+        block_size_m=16,
+        block_size_n=16,
+    )
+    out = torch.empty_like(q)
+    scale = 1 / math.sqrt(head_dim)
+    kr, vr = (t.repeat_interleave(heads_q // heads_kv, 1) for t in (k, v))
+    if mask == "none":
+        kernel(q, k, v, scale, out)
+        expected = F.scaled_dot_product_attention(q, kr, vr)
+    elif mask == "causal":
+        kernel(q, k, v, scale, seq_kv - seq_q, out)  # lower-right
+        from torch.nn.attention.bias import causal_lower_right
+
+        expected = F.scaled_dot_product_attention(q, kr, vr, causal_lower_right(seq_q, seq_kv))
+    else:
+        attn_mask = torch.rand(batch, 1, seq_q, seq_kv) > 0.3
+        attn_mask[..., 0] = True
+        if mask == "float":
+            attn_mask = torch.randn(1, heads_q, 1, seq_kv)
+        kernel(q, k, v, attn_mask.expand(batch, heads_q, seq_q, seq_kv), scale, out)
+        expected = F.scaled_dot_product_attention(q, kr, vr, attn_mask)
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+
+
+def check_rotary_position_embedding(make):
+    for interleaved in (True, False):
+        rotary_with(make, interleaved)
+
+
+def rotary_with(make, interleaved):
+    batch, seq, heads, head_dim = 2, 5, 3, 8
+    half = head_dim // 2
+    x = torch.randn(batch, seq, heads, head_dim)
+    sin, cos = torch.randn(seq, half), torch.randn(seq, half)
+
+    def pairs(t):
+        return (
+            t.unflatten(-1, (half, 2))
+            if interleaved
+            else t.unflatten(-1, (2, half)).transpose(-1, -2)
+        )
+
+    def table(t):
+        return t[None, :, None, :, None].expand(batch, seq, heads, half, 2)
+
+    out = torch.empty_like(x)
+    make("rotary_position_embedding", 5)(pairs(x), table(sin), table(cos), pairs(out))
+    x0, x1 = (x[..., 0::2], x[..., 1::2]) if interleaved else (x[..., :half], x[..., half:])
+    s, c = sin[None, :, None, :], cos[None, :, None, :]
+    o0, o1 = x0 * c - x1 * s, x0 * s + x1 * c
+    expected = torch.stack((o0, o1), -1).flatten(-2) if interleaved else torch.cat((o0, o1), -1)
+    torch.testing.assert_close(out, expected)
+
+
+def check_dropout_statistics(make):
+    x = torch.ones(50000)
+    out = torch.empty_like(x)
+    kernel = make("dropout", 1)
+    kernel(x, 1234, 0, 0.3, 1 / 0.7, out)
+    kept = out != 0
+    assert abs(kept.float().mean().item() - 0.7) < 0.02
+    torch.testing.assert_close(out[kept], torch.full_like(out[kept], 1 / 0.7))
+    again = torch.empty_like(x)
+    kernel(x, 1234, 0, 0.3, 1 / 0.7, again)
+    assert torch.equal(out, again)  # the same seed and offset: the same mask
+    kernel(x, 1234, 50000, 0.3, 1 / 0.7, again)
+    assert not torch.equal(out, again)  # the next offset: another mask
+
+
+test_element_wise = interpreted(check_element_wise)
+test_comparisons_and_bitwise = interpreted(check_comparisons_and_bitwise)
+test_rows = interpreted(check_rows)
+test_matrix_products = interpreted(check_matrix_products)
+test_attention = interpreted(check_attention)
+test_rotary_position_embedding = interpreted(check_rotary_position_embedding)
+test_dropout_statistics = interpreted(check_dropout_statistics)
