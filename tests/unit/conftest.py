@@ -10,11 +10,11 @@ import pytest
 
 from ntops_aot.aot import build as pipeline
 
-# Two arches, three kernel families, both index widths: enough to exercise every
-# path of the launcher, small enough to compile in about a minute on two cores.
+# Two arches, the kernel families (element-wise with a bool result, rows, matmul), both
+# index widths: every path of the launcher, in about a minute on two cores.
 SMALL = pipeline.BuildOptions(
     arches=("sm_80", "sm_90"),
-    ops=("add", "softmax", "mm"),
+    ops=("add", "eq", "softmax", "mm"),
     dtypes=("fp16",),
     ndims=(1, 2),
 )

@@ -118,7 +118,7 @@ def test_a_gpu_the_wheel_lacks_gets_the_build_command(plan, installed):
         add(plan, x, x, x, capability=100)
     message = str(caught.value)
     assert "sm_80, sm_90" in message
-    assert "ntops-aot build --arch sm_80,sm_90,sm_100 --ops add,mm,softmax" in message
+    assert "ntops-aot build --arch sm_80,sm_90,sm_100 --ops add,eq,mm,softmax" in message
 
 
 def test_dtypes_the_wheel_lacks(plan, installed):
@@ -150,7 +150,6 @@ def test_bad_arguments(plan):
         (TypeError, "torch.Tensor", lambda: add(plan, x, [1.0], x)),
         (TypeError, "number", lambda: add(plan, x, x, x, alpha="2")),
         (TypeError, "takes 4 arguments", lambda: plan("add-other=tensor", 90, x, x, x)),
-        (TypeError, "output must be given", lambda: add(plan, x, x, None)),
     ]
     for error, words, call in cases:
         with pytest.raises(error, match=words):
@@ -169,6 +168,18 @@ def test_outputs_may_alias_inputs_only_element_for_element(plan):
         plan("mm-fp32_precision=tf32", 90, x, x, x)  # no in-place matmul
     evens, odds = x[:, ::2], x[:, 1::2]  # interleaved, not one element shared
     assert add(plan, evens, evens, odds)["kernel"].startswith("add-sm_90-fp16-nd")
+
+
+def test_outputs_are_allocated_in_the_dtype_the_kernel_writes(plan):
+    x, row = torch.randn(6, 42, 123, dtype=H), torch.randn(123, dtype=H)
+    # Allocated to the broadcast shape; bool for comparisons.
+    assert add(plan, x, row, None)["kernel"].startswith("add-sm_90-fp16-nd2-other=tensor/")
+    assert plan("eq-other=tensor", 90, x, row, None)["kernel"].startswith("eq-sm_90-fp16-nd2")
+    assert plan("eq-other=scalar", 90, x, 0.5, None)["kernel"].startswith("eq-sm_90-fp16-nd1")
+    chosen = plan("softmax", 90, x.transpose(0, 1), None)  # allocated like the input: dense
+    assert chosen["ndim"] == 2
+    with pytest.raises(TypeError, match=r"output must be torch\.bool, not torch\.float16"):
+        plan("eq-other=tensor", 90, x, x, torch.empty_like(x))
 
 
 def test_empty_outputs_launch_nothing(plan):
@@ -219,5 +230,7 @@ def test_an_op_the_wheel_lacks_names_the_command_that_adds_it(installed):
         installed.gelu(torch.randn(3, dtype=H))
     message = str(caught.value)
     assert message.startswith("ntops_prebuilt.gelu (approximate=none): no prebuilt kernel")
-    assert "This wheel has no gelu kernels; it has add, mm, softmax." in message
-    assert "ntops-aot build --arch sm_80,sm_90 --ops add,mm,softmax,gelu --dtypes fp16" in message
+    assert "This wheel has no gelu kernels; it has add, eq, mm, softmax." in message
+    assert (
+        "ntops-aot build --arch sm_80,sm_90 --ops add,eq,mm,softmax,gelu --dtypes fp16" in message
+    )
