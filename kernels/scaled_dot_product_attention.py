@@ -6,6 +6,9 @@ heads sharing that key/value head, so grouped-query attention reads each key blo
 once per group. `mask` is one switch: none, causal (with an offset: 0 for the
 upper-left variant, seq_kv - seq_q for lower-right), or a bool or float tensor
 broadcast to (batch, heads_q, seq_q, seq_kv). Rows with every key masked give 0.
+
+Products are IEEE ("ieee" input precision), as torch's fp32 attention computes them:
+fp32 inputs never go through TF32; for fp16 and bf16 the precision changes nothing.
 """
 
 import functools
@@ -62,7 +65,9 @@ def step(scores, values, accumulator, running_max, running_sum):
     shift = ntl.where(new_max == float("-inf"), 0.0, new_max)
     weights = ntl.exp2(scores - shift[:, None])
     decay = ntl.exp2(running_max - shift)
-    accumulator = accumulator * decay[:, None] + ntl.dot(ntl.cast(weights, values.dtype), values)
+    accumulator = accumulator * decay[:, None] + ntl.dot(
+        ntl.cast(weights, values.dtype), values, input_precision="ieee"
+    )
     return accumulator, new_max, running_sum * decay + ntl.sum(weights, 1)
 
 
@@ -73,7 +78,9 @@ def application(query, key, value, scale, output):
         running_max = ntl.full((q.shape[0],), float("-inf"), dtype=ntl.float32)
         running_sum = ntl.zeros((q.shape[0],), dtype=ntl.float32)
         for j in range(key.shape[0]):
-            scores = ntl.dot(q, ntl.trans(key[j])) * (scale * 1.4426950408889634)
+            scores = ntl.dot(q, ntl.trans(key[j]), input_precision="ieee") * (
+                scale * 1.4426950408889634
+            )
             scores = ntl.where(
                 key[j].offsets(-2)[None, :] < key.source.shape[-2], scores, float("-inf")
             )
@@ -94,7 +101,9 @@ def application_causal(query, key, value, scale, offset, output):
         visible = (ntl.max(rows, 0) + offset) // key.dtype.shape[0] + 1
         for j in range(ntl.minimum(ntl.maximum(visible, 0), key.shape[0])):
             columns = key[j].offsets(-2)
-            scores = ntl.dot(q, ntl.trans(key[j])) * (scale * 1.4426950408889634)
+            scores = ntl.dot(q, ntl.trans(key[j]), input_precision="ieee") * (
+                scale * 1.4426950408889634
+            )
             keep = (columns[None, :] < key.source.shape[-2]) & (
                 columns[None, :] <= rows[:, None] + offset
             )
@@ -112,7 +121,9 @@ def application_bool(query, key, value, mask, scale, output):
         running_max = ntl.full((q.shape[0],), float("-inf"), dtype=ntl.float32)
         running_sum = ntl.zeros((q.shape[0],), dtype=ntl.float32)
         for j in range(key.shape[0]):
-            scores = ntl.dot(q, ntl.trans(key[j])) * (scale * 1.4426950408889634)
+            scores = ntl.dot(q, ntl.trans(key[j]), input_precision="ieee") * (
+                scale * 1.4426950408889634
+            )
             keep = (key[j].offsets(-2)[None, :] < key.source.shape[-2]) & (mask[g, j] != 0)
             scores = ntl.where(keep, scores, float("-inf"))
             accumulator, running_max, running_sum = step(
@@ -128,7 +139,9 @@ def application_float(query, key, value, mask, scale, output):
         running_max = ntl.full((q.shape[0],), float("-inf"), dtype=ntl.float32)
         running_sum = ntl.zeros((q.shape[0],), dtype=ntl.float32)
         for j in range(key.shape[0]):
-            scores = ntl.dot(q, ntl.trans(key[j])) * (scale * 1.4426950408889634)
+            scores = ntl.dot(q, ntl.trans(key[j]), input_precision="ieee") * (
+                scale * 1.4426950408889634
+            )
             scores += ntl.cast(mask[g, j], ntl.float32) * 1.4426950408889634
             scores = ntl.where(
                 key[j].offsets(-2)[None, :] < key.source.shape[-2], scores, float("-inf")
