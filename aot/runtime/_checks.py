@@ -31,10 +31,12 @@ def dim(op, value, ndim):
 
 
 def is_scalar(value):
-    """A Python number, or a CPU 0-dim tensor (torch lets those meet CUDA tensors)."""
-    return isinstance(value, NUMBERS) or (
-        isinstance(value, torch.Tensor) and value.ndim == 0 and value.device.type == "cpu"
-    )
+    """Whether `value` takes the scalar path: anything but a tensor (`scalar` then
+    refuses what is not a number), or a CPU 0-dim tensor (torch lets those meet
+    CUDA tensors)."""
+    if not isinstance(value, torch.Tensor):
+        return True
+    return value.ndim == 0 and value.device.type == "cpu"
 
 
 def scalar(op, name, value, input):

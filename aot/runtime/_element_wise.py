@@ -81,11 +81,20 @@ def add(input, other, *, alpha=1, out=None):
 
 def sub(input, other, *, alpha=1, out=None):
     """input - alpha * other, broadcasting like torch.sub; other may be a number."""
+    if other is True or other is False or _is_bool(input) or _is_bool(other):
+        raise RuntimeError(
+            "sub: subtraction with a bool tensor is not supported (as in torch); "
+            "to invert a mask, use the ~ operator or torch.logical_not()"
+        )
     if check.is_scalar(other):
         return _launch(
             _SUB["scalar"], input, check.scalar("sub", "other", other, input), alpha, out
         )
     return _launch(_SUB["tensor"], input, other, alpha, out)
+
+
+def _is_bool(value):
+    return isinstance(value, _Tensor) and value.dtype == torch.bool
 
 
 def mul(input, other, *, out=None):

@@ -33,10 +33,10 @@ def not_built(group, capability, dtype, ndim):
             f"This wheel has {op} for arches {_listed(v['arch'] for v in mine)}; "
             f"dtypes {_listed(v['dtype'] for v in mine)}; ndims {_listed(v['ndim'] for v in mine)}."
         )
-    if dtype_name and dtype_short is None:
+    if dtype_name and dtype_short not in space["dtypes"]:
         lines.append(
             f"{op} takes {', '.join(space['dtypes'])} only: convert the input, "
-            "e.g. with .to(torch.float32)."
+            f"e.g. with .to(torch.{built['dtypes'][space['dtypes'][-1]]})."
         )
     elif ndim and ndim > max(space["ndims"]):
         lines.append(

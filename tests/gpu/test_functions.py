@@ -67,11 +67,15 @@ def test_arithmetic_with_tensors_scalars_and_broadcasting(nt, dtype):
     row = values((123,), dtype)
     for other in (y, row, values((42, 1), dtype), 2, 0.5, True, torch.tensor(1.25)):
         close(nt.add(x, other, alpha=0.5), torch.add(x, other, alpha=0.5))
-        close(nt.sub(x, other, alpha=2), torch.sub(x, other, alpha=2))
+        if other is not True:
+            close(nt.sub(x, other, alpha=2), torch.sub(x, other, alpha=2))
         close(nt.mul(x, other), torch.mul(x, other))
         close(nt.div(x, other), torch.div(x, other))
     for view in views(x):
         close(nt.add(view, view.clone()), view + view)
+    for other in (True, y > 0):
+        with pytest.raises(RuntimeError, match="bool"):
+            nt.sub(x, other)
     out = torch.empty_like(x)
     assert nt.sub(x, y, out=out) is out
     close(out, x - y)

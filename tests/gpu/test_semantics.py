@@ -37,7 +37,7 @@ def test_elementwise_odd_shapes_and_views(nt, dtype):
 def test_dense_views_merge_to_one_dim(nt):
     x = randn(*ODD).transpose(0, 2)
     nt.add(x, x)
-    assert "-nd1/" in nt._C.last_kernel()
+    assert "-nd1-" in nt._C.last_kernel()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -190,7 +190,7 @@ def test_bad_input_gets_clear_errors(nt):
             lambda: nt.mul(x.view(-1)[1:], x.view(-1)[1:], out=x.view(-1)[:-1]),
         ),
         (ValueError, "overlap", lambda: nt.mm(square, square, out=square)),
-        (TypeError, "torch.Tensor", lambda: nt.add(x, [1, 2])),
+        (TypeError, "a tensor or a Python number", lambda: nt.add(x, [1, 2])),
         (TypeError, "number", lambda: nt.add(x, x, alpha="2")),
         (ValueError, "approximate", lambda: nt.gelu(x, approximate="fast")),
         (IndexError, "dim", lambda: nt.softmax(x, 2)),
