@@ -195,7 +195,8 @@ def _attention(nt, variant, spec, dtype):
 
 def _rope(nt, variant, spec, dtype):
     interleaved = spec.unit[0] is not None
-    batch, seq, heads, head_dim = 2, 7, 3, 64
+    # The 3-dim kernel serves decode shapes: one token of one sequence, (heads, pairs, 2).
+    batch, seq, heads, head_dim = (1, 1, 3, 64) if variant["ndim"] == 3 else (2, 7, 3, 64)
     x = strided((batch, seq, heads, head_dim), dtype, unit=3, aligned=False, wide=spec.width == 64)
     angles = torch.rand(seq, head_dim // 2, device="cuda") * 6
     sin, cos = angles.sin().to(dtype), angles.cos().to(dtype)
