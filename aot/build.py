@@ -1,200 +1,273 @@
-"""The pipeline end to end: enumerate -> codegen -> compile -> render -> package.
+"""The pipeline end to end: plan -> compile (cached, in workers) -> package.
 
-Variants compile in worker processes (each describes its own target to Triton);
-the parent only plans, collects `CompiledKernel`s and packages them.
+Planning (`plan`) is pure: the ops, the variants and each variant's cache key.
+Compiling runs only the variants whose key is not in the cache, in worker processes
+(`workers.run`) that store each result as it finishes, so a build that is killed
+resumes where it stopped. Packaging renders the launcher, compiles it (cached by
+its sources) and writes the wheel(s); only this last stage writes outside the cache.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import functools
-import multiprocessing
+import hashlib
+import json
+import os
 import pathlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
-from typing import Any
 
-from ntops_aot.aot import codegen, ops, package, toolchain
+from ntops_aot.aot import cache as caching
 from ntops_aot.aot import enumerate as enumeration
-from ntops_aot.aot.compile import CompiledKernel, compile_kernel
-from ntops_aot.aot.errors import UsageError
+from ntops_aot.aot import jobs, package, shards, workers
+from ntops_aot.aot.compile import CompiledKernel
+from ntops_aot.aot.config import BuildOptions
+from ntops_aot.aot.errors import PARTIAL_EXIT_CODE, VariantFailure, VariantsFailed
+from ntops_aot.aot.manifest import manifest
+from ntops_aot.aot.ops import OpInfo
 from ntops_aot.aot.render import GroupDef, render_extension
-from ntops_aot.aot.space import DTYPES, Variant, group_key
+from ntops_aot.aot.space import Variant, group_key
 from ntops_aot.aot.targets import TARGETS
 
 
 @dataclasses.dataclass(frozen=True)
-class BuildOptions:
-    arches: tuple[str, ...]
-    ops: tuple[str, ...] = ("all",)
-    dtypes: tuple[str, ...] | None = None
-    ndims: tuple[int, ...] | None = None
-    build_dir: pathlib.Path = pathlib.Path("generated")
-    out_dir: pathlib.Path = pathlib.Path("dist")
-    jobs: int = 1
-    # ntops.torch's set_default_* settings, which belong to the build here: None keeps
-    # each kernel file's choice. Every kernel file declares one tile configuration, so
-    # any max_num_configs of at least one keeps them all.
-    num_warps: int | None = None
-    num_stages: int | None = None
-    max_num_configs: int | None = None
+class Plan:
+    options: BuildOptions
+    ops: Mapping[str, OpInfo]  # every op: the wheel's registry names them all
+    names: tuple[str, ...]  # the ops selected
+    variants: tuple[Variant, ...]  # the variants selected (this shard's, with --shard)
+    keys: Mapping[str, str]  # variant id -> cache key of its kernels
 
-    def __post_init__(self) -> None:
-        for name in ("num_warps", "num_stages", "max_num_configs", "jobs"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise UsageError(f"--{name.replace('_', '-')} must be at least 1, not {value}")
-        if self.num_warps is not None and self.num_warps & (self.num_warps - 1):
-            raise UsageError(f"--num-warps must be a power of two, not {self.num_warps}")
+    @property
+    def compile_options(self) -> jobs.CompileOptions:
+        return jobs.CompileOptions(self.options.num_warps, self.options.num_stages)
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    """One variant done: from the cache, compiled, or failed."""
+
+    done: int
+    total: int
+    variant: Variant
+    seconds: float
+    cached: bool
+    failure: VariantFailure | None = None
+    estimate: float = 0.0  # seconds of compiling left, over all workers
+
+
+Progress = Callable[[Event], None]
 
 
 @dataclasses.dataclass(frozen=True)
 class BuildResult:
-    wheel: pathlib.Path
+    outputs: tuple[pathlib.Path, ...]  # the wheel, then per-arch wheels; or the shard file
     variants: tuple[Variant, ...]
     kernels: tuple[CompiledKernel, ...]
+    failures: tuple[VariantFailure, ...]
+    compiled: int  # variants compiled by this build (the rest came from the cache)
     seconds: float
 
+    @property
+    def wheel(self) -> pathlib.Path:
+        return self.outputs[0]
 
-Progress = Callable[[int, int, Variant], None]
+    @property
+    def exit_code(self) -> int:
+        return PARTIAL_EXIT_CODE if self.failures else 0
 
 
-def plan(options: BuildOptions) -> tuple[dict[str, ops.OpDef], list[str], list[Variant]]:
-    """The registry, the selected op names and the variants to build."""
-    registry = ops.discover(options.build_dir)
-    names = enumeration.select_ops(registry, options.ops)
+def plan(options: BuildOptions, environ: Mapping[str, str] | None = None) -> Plan:
+    """What `options` builds, and under which keys; imports kernel files only when
+    the cache has not seen them."""
+    cache = caching.Cache(options.cache_root)
+    keys = caching.Keys(os.environ if environ is None else environ)
+    ops = enumeration.scan(cache, keys)
+    names = enumeration.select_ops(ops, options.ops)
     arches = enumeration.select_arches(options.arches)
-    found = enumeration.variants(registry, names, arches, options.dtypes, options.ndims)
-    return registry, names, found
+    variants = enumeration.variants(
+        ops, names, arches, options.dtypes, options.ndims, options.variants
+    )
+    if options.shard is not None:
+        variants = [v for v in variants if shard_of(v, options.shard[1]) == options.shard[0]]
+    compile_options = dataclasses.asdict(jobs.CompileOptions(options.num_warps, options.num_stages))
+    variant_keys = {v.id: keys.variant(v, ops[v.op].module, compile_options) for v in variants}
+    return Plan(options, ops, tuple(names), tuple(variants), variant_keys)
+
+
+def shard_of(variant: Variant, shards: int) -> int:
+    """The shard (1..shards) a variant belongs to: a hash of its id, so a variant stays
+    in its shard whatever else is added to the build."""
+    return int(hashlib.sha256(variant.id.encode()).hexdigest()[:16], 16) % shards + 1
 
 
 def build(options: BuildOptions, progress: Progress | None = None) -> BuildResult:
+    """Compile what the cache lacks and write the wheel(s), or with --shard the shard
+    file. Raises VariantsFailed if a variant failed, unless options.keep_going."""
     start = time.perf_counter()
-    registry, names, variants = plan(options)
-    kernels = _compile_all(options, variants, progress)
+    planned = plan(options)
+    kernels, failures, compiled = compile_all(planned, progress)
+    if failures and not options.keep_going:
+        raise VariantsFailed(failures, len(planned.variants))
+    if options.shard is not None:
+        outputs: tuple[pathlib.Path, ...] = (
+            shards.write_shard(options, planned.keys, kernels, failures),
+        )
+    else:
+        outputs = write_wheels(planned, kernels, failures)
+    flat = tuple(k for v in planned.variants for k in kernels.get(v.id, ()))
+    return BuildResult(
+        outputs, planned.variants, flat, tuple(failures), compiled, time.perf_counter() - start
+    )
+
+
+def compile_all(
+    planned: Plan, progress: Progress | None = None
+) -> tuple[dict[str, list[CompiledKernel]], list[VariantFailure], int]:
+    """Every planned variant's kernels (by id), the failures, and how many compiled."""
+    options, cache = planned.options, caching.Cache(planned.options.cache_root)
+    kernels: dict[str, list[CompiledKernel]] = {}
+    total, todo = len(planned.variants), []
+    for variant in planned.variants:
+        entry = cache.load("kernels", planned.keys[variant.id])
+        if entry is None:
+            todo.append(variant)
+            continue
+        kernels[variant.id] = entry
+        if progress:
+            progress(Event(len(kernels), total, variant, 0.0, cached=True))
+    timings = _Timings(cache.root / "timings.json")
+    # Longest first (as last time), so that no long variant starts last.
+    todo.sort(key=lambda variant: -timings.get(variant.id))
+    failures: list[VariantFailure] = []
+    left = {variant.id: timings.get(variant.id) for variant in todo}
+
+    def report(task: jobs.Task, result: object, seconds: float) -> None:
+        variant = task.variant
+        failure = None
+        if isinstance(result, workers.Failure):
+            failure = VariantFailure(
+                variant.id, result.kind, result.message, reproduce(variant, options)
+            )
+            failures.append(failure)
+        else:
+            kernels[variant.id] = result  # type: ignore[assignment]
+            timings.set(variant.id, seconds)
+        left.pop(variant.id, None)
+        if progress:
+            done = len(kernels) + len(failures)
+            estimate = sum(left.values()) / options.jobs
+            progress(Event(done, total, variant, seconds, False, failure, estimate))
+
+    work = functools.partial(
+        _compile_and_store, options=planned.compile_options, cache_root=cache.root
+    )
+    try:
+        tasks = [jobs.Task(variant, planned.keys[variant.id]) for variant in todo]
+        memory = options.max_memory * 2**20 if options.max_memory else None
+        workers.run(
+            tasks, work, min(options.jobs, len(tasks)) or 1, options.timeout, memory, report
+        )
+    finally:
+        timings.save()
+    order = {variant.id: index for index, variant in enumerate(planned.variants)}
+    failures.sort(key=lambda failure: order[failure.variant])
+    return kernels, failures, len(todo) - len(failures)
+
+
+def _compile_and_store(
+    task: jobs.Task, options: jobs.CompileOptions, cache_root: pathlib.Path
+) -> list[CompiledKernel]:
+    """In a worker: compile one variant and store it, so a killed build keeps it."""
+    cache = caching.Cache(cache_root)
+    kernels = jobs.compile_variant(task.variant, options, cache.toolchain_dir)
+    cache.store("kernels", task.key, kernels)
+    return kernels
+
+
+def reproduce(variant: Variant, options: BuildOptions) -> str:
+    """A command that builds `variant` alone, as this build would."""
+    words = ["ntops-aot", "build", "--arch", variant.arch, "--ops", variant.op]
+    if options.ndims:
+        words += ["--ndims", ",".join(map(str, options.ndims))]
+    words += ["--variants", variant.id, "--jobs", "1"]
+    for name in ("num_warps", "num_stages"):
+        if getattr(options, name) is not None:
+            words += [f"--{name.replace('_', '-')}", str(getattr(options, name))]
+    return " ".join(words)
+
+
+def write_wheels(
+    planned: Plan,
+    kernels: Mapping[str, Sequence[CompiledKernel]],
+    failures: Sequence[VariantFailure],
+) -> tuple[pathlib.Path, ...]:
+    """The wheel of every planned variant, and with --wheel-per-arch one per arch."""
+    wheels = [_write_wheel(planned, planned.variants, kernels, failures, local=None)]
+    arches = sorted({v.arch for v in planned.variants}, key=list(TARGETS).index)
+    if planned.options.wheel_per_arch:
+        for arch in arches:
+            mine = tuple(v for v in planned.variants if v.arch == arch)
+            failed = [f for f in failures if f.variant in {v.id for v in mine}]
+            wheels.append(_write_wheel(planned, mine, kernels, failed, local=arch.replace("_", "")))
+    return tuple(wheels)
+
+
+def _write_wheel(
+    planned: Plan,
+    variants: Sequence[Variant],
+    kernels: Mapping[str, Sequence[CompiledKernel]],
+    failures: Sequence[VariantFailure],
+    local: str | None,
+) -> pathlib.Path:
+    options, cache = planned.options, caching.Cache(planned.options.cache_root)
+    flat = [k for v in variants for k in kernels.get(v.id, ())]
     groups = [
         GroupDef(group_key(name, switches), name, op.space.coalesce, op.space.allows_in_place)
-        for name, op in registry.items()
+        for name, op in planned.ops.items()
         for switches in op.space.all_switch_choices()
     ]
-    cubins = package.write_cubins(kernels, options.build_dir / "cubins")
-    sources = render_extension(kernels, groups, cubins)
-    extension = package.compile_extension(sources, options.build_dir / "extension")
-    manifest = _manifest(options, registry, names, variants, kernels)
-    wheel = package.write_wheel(extension, manifest, options.out_dir)
-    return BuildResult(wheel, tuple(variants), tuple(kernels), time.perf_counter() - start)
-
-
-def _compile_all(
-    options: BuildOptions, variants: Sequence[Variant], progress: Progress | None
-) -> list[CompiledKernel]:
-    build_variant = functools.partial(
-        _build_variant,
-        build_dir=options.build_dir,
-        num_warps=options.num_warps,
-        num_stages=options.num_stages,
+    cubins = package.write_cubins(flat, options.build_dir / "cubins")
+    sources = render_extension(flat, groups, cubins)
+    folder = options.build_dir / "extension" / (local or "all")
+    extension = package.compile_extension(sources, folder, cache)
+    version = metadata.version("ntops-aot") + (f"+{local}" if local else "")
+    contents = manifest(
+        version=version,
+        toolchain=package.toolchain_versions(),
+        options=options,
+        ops=planned.ops,
+        names=planned.names,
+        variants=variants,
+        kernels=kernels,
+        failures=failures,
     )
-    results: dict[Variant, list[CompiledKernel]] = {}
-    if options.jobs <= 1:
-        for done, variant in enumerate(variants, 1):
-            results[variant] = build_variant(variant)
-            if progress:
-                progress(done, len(variants), variant)
-    else:
-        # spawn: workers start clean instead of inheriting the parent's Triton state.
-        context = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(options.jobs, mp_context=context) as pool:
-            futures = {pool.submit(build_variant, variant): variant for variant in variants}
-            for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
-                variant = futures[future]
-                results[variant] = future.result()
-                if progress:
-                    progress(done, len(variants), variant)
-    return [kernel for variant in variants for kernel in results[variant]]
+    return package.write_wheel(extension, contents, options.out_dir)
 
 
-def _build_variant(
-    variant: Variant, build_dir: pathlib.Path, num_warps: int | None, num_stages: int | None
-) -> list[CompiledKernel]:
-    op = _registry(build_dir)[variant.op]
-    toolchain.use_target(TARGETS[variant.arch])
-    config = op.config(variant)
-    config = dataclasses.replace(
-        config,
-        num_warps=num_warps or config.num_warps,
-        num_stages=num_stages or config.num_stages,
-    )
-    generated = codegen.generate(op, variant, config)
-    return [compile_kernel(kernel) for kernel in generated]
+class _Timings:
+    """How long each variant took to compile last time: for ordering and the ETA."""
 
+    def __init__(self, path: pathlib.Path) -> None:
+        self.path = path
+        try:
+            self.seconds: dict[str, float] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            self.seconds = {}
+        self.changed = False
+        known = self.seconds.values()
+        self.typical = sum(known) / len(known) if known else 1.0
 
-@functools.cache
-def _registry(build_dir: pathlib.Path) -> dict[str, ops.OpDef]:
-    return ops.discover(build_dir)
+    def get(self, variant: str) -> float:
+        return self.seconds.get(variant, self.typical)
 
+    def set(self, variant: str, seconds: float) -> None:
+        self.seconds[variant] = round(seconds, 2)
+        self.changed = True
 
-def _manifest(
-    options: BuildOptions,
-    registry: dict[str, ops.OpDef],
-    names: Sequence[str],
-    variants: Sequence[Variant],
-    kernels: Sequence[CompiledKernel],
-) -> dict[str, Any]:
-    by_variant: dict[str, list[CompiledKernel]] = {}
-    for kernel in kernels:
-        by_variant.setdefault(kernel.variant.id, []).append(kernel)
-    return {
-        "format": 1,
-        "version": metadata.version("ntops-aot"),
-        "toolchain": package.toolchain_versions(),
-        "build": {
-            "arches": sorted({variant.arch for variant in variants}, key=list(TARGETS).index),
-            "ops": list(names),
-            "dtypes": list(options.dtypes) if options.dtypes else None,
-            "ndims": list(options.ndims) if options.ndims else None,
-            "num_warps": options.num_warps,
-            "num_stages": options.num_stages,
-            "max_num_configs": options.max_num_configs,
-        },
-        "ops": {
-            name: {
-                "dtypes": list(op.space.dtypes),
-                "ndims": list(op.space.ndims),
-                "switches": {key: list(values) for key, values in op.space.switches.items()},
-                "groups": {
-                    group_key(name, switches): dict(switches)
-                    for switches in op.space.all_switch_choices()
-                },
-            }
-            for name, op in registry.items()
-        },
-        "dtypes": {short: dtype.torch for short, dtype in DTYPES.items()},
-        "variants": [
-            {
-                "id": variant.id,
-                "op": variant.op,
-                "arch": variant.arch,
-                "dtype": variant.dtype,
-                "ndim": variant.ndim,
-                "switches": dict(variant.switches),
-                "group": variant.group,
-                "kernels": [_kernel_entry(kernel) for kernel in by_variant.get(variant.id, [])],
-            }
-            for variant in variants
-        ],
-    }
-
-
-def _kernel_entry(kernel: CompiledKernel) -> dict[str, Any]:
-    return {
-        "id": kernel.id,
-        "spec": kernel.spec.name,
-        "target": kernel.target,
-        "cubin_sha256": kernel.sha256,
-        "cubin_bytes": len(kernel.cubin),
-        "shared": kernel.shared,
-        "num_warps": kernel.num_warps,
-        "num_stages": kernel.num_stages,
-    }
+    def save(self) -> None:
+        if self.changed:
+            text = json.dumps(self.seconds, sort_keys=True, indent=0)
+            caching.write_atomic(self.path, text.encode())

@@ -1,18 +1,37 @@
-"""Stage 1: what to build. Crosses the ops' variant spaces with the requested arches
-and filters, and names every variant; nothing is generated or compiled here."""
+"""Stage 1: what to build. Finds the ops (`scan`), crosses their variant spaces with
+the requested arches and filters, and names every variant; nothing is generated or
+compiled here."""
 
 from __future__ import annotations
 
 import fnmatch
 from collections.abc import Iterable, Mapping, Sequence
 
+from ntops_aot.aot import ops as registry
+from ntops_aot.aot.cache import Cache, Keys
 from ntops_aot.aot.errors import UsageError
-from ntops_aot.aot.ops import OpDef
+from ntops_aot.aot.ops import OpInfo
 from ntops_aot.aot.space import DTYPES, Variant
 from ntops_aot.aot.targets import TARGETS
 
 
-def select_ops(ops: Mapping[str, OpDef], patterns: Iterable[str]) -> list[str]:
+def scan(cache: Cache, keys: Keys) -> dict[str, OpInfo]:
+    """Every op, by name, in sorted order. A kernel file is imported (and with it
+    ninetoothed, Triton and torch) only when it or a module it imports changed."""
+    found = {}
+    for module in registry.kernel_modules():
+        key = keys.op(module)
+        entry = cache.load("ops", key)
+        if entry is None:
+            entry = {"space": registry.read_space(module, cache.toolchain_dir)}
+            cache.store("ops", key, entry)
+        if entry["space"] is not None:
+            name = module.rpartition(".")[2]
+            found[name] = OpInfo(name, module, entry["space"])
+    return found
+
+
+def select_ops(ops: Mapping[str, OpInfo], patterns: Iterable[str]) -> list[str]:
     """Op names matching `patterns` ("all", names or globs such as 'soft*')."""
     chosen: dict[str, None] = {}
     for pattern in patterns:
@@ -34,13 +53,15 @@ def select_arches(names: Iterable[str]) -> list[str]:
 
 
 def variants(
-    ops: Mapping[str, OpDef],
+    ops: Mapping[str, OpInfo],
     op_names: Sequence[str],
     arches: Sequence[str],
     dtypes: Sequence[str] | None = None,
     ndims: Sequence[int] | None = None,
+    patterns: Sequence[str] | None = None,
 ) -> list[Variant]:
-    """Every variant of `op_names` for `arches`, narrowed to `dtypes` and `ndims` if given."""
+    """Every variant of `op_names` for `arches`, narrowed to `dtypes` and `ndims`, and
+    to ids matching one of `patterns` (globs), if given."""
     if dtypes is not None and set(dtypes) - set(DTYPES):
         unknown = sorted(set(dtypes) - set(DTYPES))
         raise UsageError(f"unknown dtypes {unknown}; dtypes: {', '.join(DTYPES)}")
@@ -57,7 +78,14 @@ def variants(
                         Variant(name, arch, dtype, ndim, switches, widest=ndim == max(built))
                         for switches in space.switch_choices(dtype)
                     )
+    if patterns is not None:
+        found = [v for v in found if any(fnmatch.fnmatchcase(v.id, p) for p in patterns)]
     if not found:
+        if patterns is not None:
+            raise UsageError(
+                f"no variant matches {', '.join(patterns)}; list them: ntops-aot list "
+                f"--ops {','.join(op_names)} --arch {','.join(arches)}"
+            )
         raise UsageError(
             f"nothing to build: ops {', '.join(op_names)} have no variant with dtypes "
             f"{dtypes or 'any'} and ndims {ndims or 'any'}"

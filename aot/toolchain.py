@@ -21,9 +21,8 @@ from typing import Any
 from ntops_aot.aot.targets import Target
 
 
-def load(build_dir: pathlib.Path) -> ModuleType:
-    """Import ninetoothed (and with it Triton) with every cache under `build_dir`."""
-    scratch = build_dir / "toolchain"
+def load(scratch: pathlib.Path) -> ModuleType:
+    """Import ninetoothed (and with it Triton) with their caches under `scratch`."""
     if "ninetoothed" not in sys.modules:
         scratch.mkdir(parents=True, exist_ok=True)
         with _home(scratch):

@@ -1,20 +1,27 @@
-"""`ntops-aot`: parse, call ntops_aot.aot, print. Each kind of failure has its own
-exit code (see aot/errors.py); 0 means the wheel was written."""
+"""`ntops-aot`: parse, call ntops_aot.aot, print. Options are layered by aot/config.py
+(command line > NTOPS_AOT_* > [tool.ntops-aot] > defaults); each kind of failure
+exits with its own code (aot/errors.py)."""
 
 from __future__ import annotations
 
 import functools
-import os
+import json
 import pathlib
 import sys
+import zipfile
 from collections.abc import Callable
 from typing import Any
 
 import click
 
 from ntops_aot.aot import build as pipeline
-from ntops_aot.aot.errors import BuildError, UsageError
-from ntops_aot.aot.space import Variant
+from ntops_aot.aot import config
+from ntops_aot.aot.errors import BuildError, NotAWheel
+from ntops_aot.aot.merge import merge as merge_shards
+from ntops_aot.cli.progress import Progress, duration
+from ntops_aot.cli.report import describe_wheel
+
+INTERRUPTED = 130
 
 
 def _reports_errors(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -25,65 +32,59 @@ def _reports_errors(command: Callable[..., Any]) -> Callable[..., Any]:
         except BuildError as error:
             click.echo(f"ntops-aot: error: {error}", err=True)
             sys.exit(error.exit_code)
+        except KeyboardInterrupt:
+            click.echo("ntops-aot: interrupted; finished variants are cached", err=True)
+            sys.exit(INTERRUPTED)
 
     return wrapper
 
 
-def _words(value: str | None) -> tuple[str, ...] | None:
-    return tuple(word.strip() for word in value.split(",") if word.strip()) if value else None
+def _option(name: str, help: str, **kwargs: Any) -> Callable[..., Any]:
+    """An option whose default comes from the layers below the command line."""
+    env = config.env_name(name)
+    return click.option(f"--{name}", default=None, help=f"{help} [env {env}]", **kwargs)
 
 
-def _ints(value: str | None) -> tuple[int, ...] | None:
-    words = _words(value)
-    if words is None:
-        return None
-    try:
-        return tuple(int(word) for word in words)
-    except ValueError as error:
-        raise UsageError(f"--ndims takes comma-separated integers, not {value!r}") from error
+def _flag(name: str, help: str) -> Callable[..., Any]:
+    env = config.env_name(name)
+    return click.option(f"--{name}/--no-{name}", default=None, help=f"{help} [env {env}]")
 
 
-def _options(
-    arch: str, ops: str, dtypes: str | None, ndims: str | None, **rest: Any
-) -> pipeline.BuildOptions:
-    return pipeline.BuildOptions(
-        arches=_words(arch) or ("all",),
-        ops=_words(ops) or ("all",),
-        dtypes=_words(dtypes),
-        ndims=_ints(ndims),
-        **rest,
-    )
-
-
-_selection = [
-    click.option(
-        "--arch",
-        default="sm_90",
-        show_default=True,
-        help="Arches, comma-separated (sm_80,sm_90) or 'all'.",
-    ),
-    click.option(
-        "--ops",
-        default="all",
-        show_default=True,
-        help="Ops, comma-separated names or globs ('soft*'), or 'all'.",
-    ),
-    click.option("--dtypes", default=None, help="Only these dtypes (fp16,bf16,fp32)."),
-    click.option("--ndims", default=None, help="Only these ndims (1,2,3)."),
-    click.option(
-        "--build-dir",
-        type=click.Path(path_type=pathlib.Path),
-        default=pathlib.Path("generated"),
-        show_default=True,
-        help="Where generated sources, cubins and caches go.",
-    ),
+_SELECTION = [
+    _option("arch", "Arches, comma-separated (sm_80,sm_90) or 'all'. [default: sm_90]"),
+    _option("ops", "Ops: names or globs ('soft*'), comma-separated, or 'all'. [default: all]"),
+    _option("dtypes", "Only these dtypes (fp16,bf16,fp32)."),
+    _option("ndims", "Only these ndims (1,2,3)."),
+    _option("variants", "Only variant ids matching these globs ('rms_norm-sm_90-*')."),
+    _option("shard", "Only the K-th of N deterministic shards of the variants (K/N)."),
+    _option("build-dir", "Generated sources and cubins. [default: generated]"),
+    _option("cache-dir", "The build cache. [default: BUILD_DIR/cache]"),
+]
+_FOLDERS = [_option("out", "Where wheels (or the shard file) go. [default: dist]")]
+_BUILD = [
+    _option("jobs", "Parallel compile processes. [default: the machine's cores]"),
+    _option("timeout", "Seconds one variant may compile ('none': no limit). [default: 900]"),
+    _option("max-memory", "MiB one compile process may use ('none'). [default: 6144]"),
+    _flag("keep-going", "Package what compiled; list failed variants in the manifest."),
+    _flag("wheel-per-arch", "Also write one wheel per arch (version +sm90 etc.)."),
+    _option("num-warps", "Warps of every kernel. [default: each kernel file's]"),
+    _option("num-stages", "Pipeline stages of every kernel. [default: each kernel file's]"),
+    _option("max-num-configs", "Cap on tile configurations per variant (files declare one)."),
 ]
 
 
-def _with_selection(command: Callable[..., Any]) -> Callable[..., Any]:
-    for option in reversed(_selection):
-        command = option(command)
-    return command
+def _options(*groups: list[Callable[..., Any]]) -> Callable[..., Any]:
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        for group in reversed(groups):
+            for option in reversed(group):
+                command = option(command)
+        return command
+
+    return decorate
+
+
+def _resolve(values: dict[str, Any]) -> config.BuildOptions:
+    return config.resolve({name.replace("_", "-"): value for name, value in values.items()})
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -93,78 +94,72 @@ def main() -> None:
 
 
 @main.command()
-@_with_selection
-@click.option(
-    "--out",
-    type=click.Path(path_type=pathlib.Path),
-    default=pathlib.Path("dist"),
-    show_default=True,
-    help="Directory for the wheel.",
-)
-@click.option(
-    "--jobs",
-    type=click.IntRange(min=1),
-    default=os.cpu_count() or 1,
-    show_default="cores",
-    help="Parallel compile processes.",
-)
-@click.option("--num-warps", type=int, help="Warps of every kernel (default: each kernel file's).")
-@click.option(
-    "--num-stages", type=int, help="Pipeline stages of every kernel (default: each kernel file's)."
-)
-@click.option(
-    "--max-num-configs",
-    type=int,
-    help="Cap on tile configurations per variant (kernel files declare one each).",
-)
+@_options(_SELECTION, _FOLDERS, _BUILD)
 @_reports_errors
-def build(
-    arch: str,
-    ops: str,
-    dtypes: str | None,
-    ndims: str | None,
-    build_dir: pathlib.Path,
-    out: pathlib.Path,
-    jobs: int,
-    num_warps: int | None,
-    num_stages: int | None,
-    max_num_configs: int | None,
-) -> None:
-    """Compile every selected variant and write the ntops_prebuilt wheel."""
-    options = _options(
-        arch,
-        ops,
-        dtypes,
-        ndims,
-        build_dir=build_dir,
-        out_dir=out,
-        jobs=jobs,
-        num_warps=num_warps,
-        num_stages=num_stages,
-        max_num_configs=max_num_configs,
-    )
-
-    def progress(done: int, total: int, variant: Variant) -> None:
-        click.echo(f"[{done}/{total}] {variant.id}", err=True)
-
-    result = pipeline.build(options, progress)
-    size = result.wheel.stat().st_size
-    click.echo(
-        f"{result.wheel}: {len(result.variants)} variants, {len(result.kernels)} kernels, "
-        f"{size / 1e6:.1f} MB, {result.seconds:.1f} s"
-    )
+def build(**values: Any) -> None:
+    """Compile every selected variant (the cache permitting) and write the wheel."""
+    options = _resolve(values)
+    progress = Progress()
+    try:
+        result = pipeline.build(options, progress)
+    finally:
+        progress.finish()
+    _summary(result)
+    sys.exit(result.exit_code)
 
 
 @main.command("list")
-@_with_selection
+@_options(_SELECTION)
 @_reports_errors
-def list_(
-    arch: str, ops: str, dtypes: str | None, ndims: str | None, build_dir: pathlib.Path
-) -> None:
-    """Print the selected ops' variant ids, one a line, without building."""
-    _, _, variants = pipeline.plan(_options(arch, ops, dtypes, ndims, build_dir=build_dir))
-    for variant in variants:
+def list_(**values: Any) -> None:
+    """Print the selected variant ids, one a line, without building."""
+    for variant in pipeline.plan(_resolve(values)).variants:
         click.echo(variant.id)
+
+
+@main.command()
+@click.argument("shards", nargs=-1, required=True, type=click.Path(path_type=pathlib.Path))
+@_options(_FOLDERS, [_option("build-dir", "Generated sources."), _option("cache-dir", "Cache.")])
+@_options([_BUILD[3], _BUILD[4]])
+@_reports_errors
+def merge(shards: tuple[pathlib.Path, ...], **values: Any) -> None:
+    """Join the shard files of `build --shard K/N` into the wheel one build writes."""
+    result = merge_shards(shards, _resolve(values))
+    _summary(result)
+    sys.exit(result.exit_code)
+
+
+@main.command()
+@click.argument("wheel", type=click.Path(path_type=pathlib.Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the whole manifest as JSON.")
+@_reports_errors
+def inspect(wheel: pathlib.Path, as_json: bool) -> None:
+    """Print what a built wheel holds: arches, ops, variants, toolchain, sizes."""
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            manifest = json.loads(archive.read("ntops_prebuilt/manifest.json"))
+            sizes = {info.filename: info.file_size for info in archive.infolist()}
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
+        raise NotAWheel(f"{wheel}: not an ntops_prebuilt wheel ({error})") from error
+    if as_json:
+        click.echo(json.dumps(manifest, indent=1, sort_keys=True))
+    else:
+        click.echo(describe_wheel(wheel, manifest, sizes))
+
+
+def _summary(result: pipeline.BuildResult) -> None:
+    cached = len(result.variants) - result.compiled - len(result.failures)
+    failed = f", {len(result.failures)} FAILED" if result.failures else ""
+    first, *others = result.outputs
+    click.echo(
+        f"{first}: {len(result.variants)} variants ({result.compiled} compiled, {cached} "
+        f"cached{failed}), {len(result.kernels)} kernels, {first.stat().st_size / 1e6:.1f} MB, "
+        f"{duration(result.seconds)} ({result.seconds:.1f} s)"
+    )
+    for path in others:
+        click.echo(f"{path}: {path.stat().st_size / 1e6:.1f} MB")
+    for failure in result.failures:
+        click.echo(f"missing from the wheel: {failure.describe()}", err=True)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,14 @@ def not_built(group, capability, dtype, ndim):
     details = f" ({', '.join(asked)})" if asked else ""
     lines = [f"ntops_prebuilt.{name}: no prebuilt kernel for this call{details}."]
 
+    failed = _failed(built, group, capability, dtype_short)
+    if failed:
+        lines.append(
+            "The wheel was built with --keep-going and these variants failed to compile: "
+            + "; ".join(f"{f['id']} ({f['kind']}: {f['error'].splitlines()[-1]})" for f in failed)
+            + ". Fix them and rebuild."
+        )
+        return NotBuiltError("\n".join(lines))
     mine = [v for v in built["variants"] if v["group"] == group and v["kernels"]]
     if not mine:
         ops = sorted({v["op"] for v in built["variants"] if v["kernels"]})
@@ -47,6 +55,20 @@ def not_built(group, capability, dtype, ndim):
         lines.append("Build a wheel that has it:")
         lines.append("  " + _command(built, op, arch, dtype_short, ndim, space))
     return NotBuiltError("\n".join(lines))
+
+
+def _failed(built, group, capability, dtype):
+    """The failed variants (from the manifest) this call could have used: its group,
+    its dtype, an arch of the device's major version."""
+    failed = {failure["id"]: failure for failure in built.get("failed", ())}
+    return [
+        failed[v["id"]]
+        for v in built["variants"]
+        if v["id"] in failed
+        and v["group"] == group
+        and (capability < 0 or int(v["arch"].removeprefix("sm_")) // 10 == capability // 10)
+        and (dtype is None or v["dtype"] == dtype)
+    ]
 
 
 def _listed(values):

@@ -29,7 +29,7 @@ def build_dir(tmp_path_factory):
 def registry(build_dir):
     from ntops_aot.aot import ops
 
-    return ops.discover(build_dir)
+    return ops.load_all(build_dir / "cache" / "toolchain")
 
 
 @pytest.fixture(scope="session")

@@ -41,7 +41,7 @@ def test_list_prints_variant_ids(tmp_path):
         (("--arch", "sm_75"), "arches: sm_80, sm_86, sm_89, sm_90, sm_100, sm_120, all"),
         (("--dtypes", "fp8"), "dtypes: fp16, bf16, fp32, i8, i16, i32, i64, u8, bool"),
         (("--num-warps", "3"), "--num-warps must be a power of two"),
-        (("--ndims", "two"), "--ndims takes comma-separated integers"),
+        (("--ndims", "two"), "--ndims: 'two': expected comma-separated integers"),
     ],
 )
 def test_bad_selections_exit_with_usage_errors(tmp_path, args, listed):
@@ -73,7 +73,7 @@ def test_build_writes_the_wheel_into_out(tmp_path):
     )
     assert run.returncode == 0, run.stderr
     (wheel,) = out.glob("ntops_prebuilt-*.whl")
-    assert "2 variants, 8 kernels" in run.stdout  # gelu's two switches, four specs each
+    assert "2 variants (2 compiled, 0 cached), 8 kernels" in run.stdout  # gelu's two switches, four specs each
     with zipfile.ZipFile(wheel) as archive:
         assert "ntops_prebuilt/_C.abi3.so" in archive.namelist()
     assert not (tmp_path / "dist").exists()

@@ -90,7 +90,7 @@ def test_building_leaves_the_home_directory_alone(tmp_path):
     env.pop("TRITON_CACHE_DIR", None)
     subprocess.run([sys.executable, "-c", script], env=env, check=True, capture_output=True)
     assert list(home.iterdir()) == []
-    assert (tmp_path / "gen" / "toolchain" / "triton").is_dir()
+    assert (tmp_path / "gen" / "cache" / "toolchain" / "triton").is_dir()
 
 
 @pytest.mark.parametrize("arch", sorted(TARGETS))

@@ -44,7 +44,7 @@ def maker(build_dir):
     from ntops_aot.aot import ops, toolchain
     from ntops_aot.aot.targets import TARGETS
 
-    registry = ops.discover(build_dir)
+    registry = ops.load_all(build_dir)
     toolchain.use_target(TARGETS["sm_90"])
     import ninetoothed
 
