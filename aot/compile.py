@@ -31,6 +31,7 @@ class CompiledKernel:
     args: tuple[Arg, ...]
     function: str  # the cubin's entry point
     cubin: bytes
+    ptx: str  # the same kernel as PTX: shipped only when the build asks for it (--ptx)
     target: str  # "sm_90a": what the cubin runs on ("a": that exact compute capability)
     params: tuple[Param, ...]  # runtime parameters, constants removed, in order
     types: tuple[str, ...]  # Triton type of each runtime parameter
@@ -81,6 +82,7 @@ def compile_kernel(kernel: GeneratedKernel) -> CompiledKernel:
         args=kernel.args,
         function=compiled.metadata.name,
         cubin=compiled.asm["cubin"],
+        ptx=compiled.asm["ptx"],
         target=sm_arch_from_capability(target.capability),
         params=tuple(kernel.params[i] for i in runtime),
         types=tuple(kernel.signature[i] for i in runtime),

@@ -73,7 +73,8 @@ def test_build_writes_the_wheel_into_out(tmp_path):
     )
     assert run.returncode == 0, run.stderr
     (wheel,) = out.glob("ntops_prebuilt-*.whl")
-    assert "2 variants (2 compiled, 0 cached), 8 kernels" in run.stdout  # gelu's two switches, four specs each
+    # gelu's two switches, four specs each
+    assert "2 variants (2 compiled, 0 cached), 8 kernels" in run.stdout
     with zipfile.ZipFile(wheel) as archive:
         assert "ntops_prebuilt/_C.abi3.so" in archive.namelist()
     assert not (tmp_path / "dist").exists()
