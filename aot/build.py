@@ -24,7 +24,13 @@ from ntops_aot.aot import enumerate as enumeration
 from ntops_aot.aot import jobs, package, shards, workers
 from ntops_aot.aot.compile import CompiledKernel
 from ntops_aot.aot.config import BuildOptions
-from ntops_aot.aot.errors import PARTIAL_EXIT_CODE, VariantFailure, VariantsFailed
+from ntops_aot.aot.errors import (
+    PARTIAL_EXIT_CODE,
+    BuildError,
+    CompileError,
+    VariantFailure,
+    VariantsFailed,
+)
 from ntops_aot.aot.manifest import manifest
 from ntops_aot.aot.ops import OpInfo
 from ntops_aot.aot.render import GroupDef, render_extension
@@ -182,7 +188,11 @@ def _compile_and_store(
 ) -> list[CompiledKernel]:
     """In a worker: compile one variant and store it, so a killed build keeps it."""
     cache = caching.Cache(cache_root)
-    kernels = jobs.compile_variant(task.variant, options, cache.toolchain_dir)
+    try:
+        kernels = jobs.compile_variant(task.variant, options, cache.toolchain_dir)
+    except CompileError as error:
+        # The failure is reported with the variant's reproducer (`reproduce`).
+        raise BuildError(f"{error.kernel_id}: {error.reason}") from None
     cache.store("kernels", task.key, kernels)
     return kernels
 

@@ -64,10 +64,25 @@ def _check_shards(parts: Sequence[shards.Shard]) -> dict[str, object]:
                     f"with {getattr(first, field)}: shards of one build share both"
                 )
     count = first.count
-    seen = sorted(part.index for part in parts)
-    if any(part.count != count for part in parts) or seen != list(range(1, count + 1)):
-        have = ", ".join(f"{part.index}/{part.count}" for part in parts)
-        raise MergeError(f"shards {have} are not each of 1/{count} .. {count}/{count} once")
+    for part in parts:
+        if part.count != count:
+            raise MergeError(
+                f"{part.path} is shard {part.index}/{part.count}, {first.path} is "
+                f"{first.index}/{count}: shards of one build split it the same way"
+            )
+    seen: dict[int, pathlib.Path] = {}
+    for part in parts:
+        if part.index in seen:
+            raise MergeError(
+                f"shard {part.index}/{count} is given twice ({seen[part.index]}, {part.path})"
+            )
+        seen[part.index] = part.path
+    missing = [f"{index}/{count}" for index in range(1, count + 1) if index not in seen]
+    if missing:
+        raise MergeError(
+            f"shard {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing: "
+            f"a merge takes all {count} shards of the build"
+        )
     return first.selection
 
 
