@@ -240,7 +240,9 @@ def _write_wheel(
         for switches in op.space.all_switch_choices()
     ]
     cubins = package.write_cubins(flat, options.build_dir / "cubins")
-    sources = render_extension(flat, groups, cubins)
+    shipped = ptx_kernels(flat) if options.ptx else []
+    ptx = package.write_ptx(shipped, options.build_dir / "cubins")
+    sources = render_extension(flat, groups, cubins, ptx)
     folder = options.build_dir / "extension" / (local or "all")
     extension = package.compile_extension(sources, folder, cache)
     version = metadata.version("ntops-aot") + (f"+{local}" if local else "")
@@ -253,8 +255,17 @@ def _write_wheel(
         variants=variants,
         kernels=kernels,
         failures=failures,
+        ptx=ptx,
     )
     return package.write_wheel(extension, contents, options.out_dir)
+
+
+def ptx_kernels(kernels: Sequence[CompiledKernel]) -> list[CompiledKernel]:
+    """What --ptx ships: the kernels of the newest arch with portable PTX. PTX of an
+    arch-specific target (sm_90a, sm_100a, sm_120a) runs only where its cubin does."""
+    portable = [kernel for kernel in kernels if not kernel.target.endswith("a")]
+    newest = max((TARGETS[kernel.variant.arch].capability for kernel in portable), default=None)
+    return [kernel for kernel in portable if TARGETS[kernel.variant.arch].capability == newest]
 
 
 class _Timings:

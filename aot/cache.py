@@ -37,6 +37,10 @@ FORMAT = 1
 COMPILER_MODULES = ("ntops_aot.aot.jobs",)
 # Triton settings that are paths, not choices: they never change a cubin.
 _PATH_SETTINGS = ("TRITON_CACHE_DIR", "TRITON_HOME", "TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR")
+# Settings toolchain.load sets itself (Triton's knobs write them to os.environ), so a
+# user's value never reaches the compiler: keys must not depend on whether a kernel
+# file was imported in this process before they were computed.
+_FORCED_SETTINGS = ("TRITON_DISABLE_LINE_INFO",)
 
 
 def _digest(value: Any) -> str:
@@ -60,7 +64,7 @@ class Keys:
         self.triton_settings = {
             name: value
             for name, value in sorted(environ.items())
-            if name.startswith("TRITON_") and name not in _PATH_SETTINGS
+            if name.startswith("TRITON_") and name not in _PATH_SETTINGS + _FORCED_SETTINGS
         }
 
     def op(self, module: str) -> str:

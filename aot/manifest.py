@@ -3,6 +3,8 @@ runtime reads it for its errors (`NotBuiltError`), `ntops-aot inspect` prints it
 
 from __future__ import annotations
 
+import hashlib
+import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,13 +28,15 @@ def manifest(
     variants: Sequence[Variant],
     kernels: Mapping[str, Sequence[CompiledKernel]],
     failures: Sequence[VariantFailure],
+    ptx: Mapping[str, pathlib.Path],
 ) -> dict[str, Any]:
     """`kernels` maps variant ids to their kernels; `failures` are the variants that
-    have none (built with --keep-going)."""
+    have none (built with --keep-going); `ptx` the kernels shipped as PTX too."""
     return {
         "format": FORMAT,
         "version": version,
         "toolchain": dict(toolchain),
+        "targets": list(TARGETS),  # the arches ntops-aot can build for
         "build": {
             "arches": sorted({variant.arch for variant in variants}, key=list(TARGETS).index),
             "ops": list(names),
@@ -66,7 +70,7 @@ def manifest(
                 "ndim": variant.ndim,
                 "switches": dict(variant.switches),
                 "group": variant.group,
-                "kernels": [_kernel(kernel) for kernel in kernels.get(variant.id, ())],
+                "kernels": [_kernel(kernel, ptx) for kernel in kernels.get(variant.id, ())],
             }
             for variant in variants
         ],
@@ -77,7 +81,11 @@ def manifest(
     }
 
 
-def _kernel(kernel: CompiledKernel) -> dict[str, Any]:
+def _kernel(kernel: CompiledKernel, ptx: Mapping[str, pathlib.Path]) -> dict[str, Any]:
+    shipped = {}
+    if kernel.id in ptx:
+        text = kernel.ptx.encode()
+        shipped = {"ptx_sha256": hashlib.sha256(text).hexdigest(), "ptx_bytes": len(text)}
     return {
         "id": kernel.id,
         "spec": kernel.spec.name,
@@ -87,4 +95,5 @@ def _kernel(kernel: CompiledKernel) -> dict[str, Any]:
         "shared": kernel.shared,
         "num_warps": kernel.num_warps,
         "num_stages": kernel.num_stages,
+        **shipped,
     }

@@ -66,6 +66,21 @@ def write_cubins(
     return paths
 
 
+def write_ptx(
+    kernels: Sequence[CompiledKernel], directory: pathlib.Path
+) -> dict[str, pathlib.Path]:
+    """Each kernel's PTX, NUL-terminated as cuModuleLoadData reads text."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for kernel in kernels:
+        text = kernel.ptx.encode() + b"\0"
+        path = directory / f"{hashlib.sha256(text).hexdigest()}.ptx"
+        if not path.exists():
+            write_atomic(path, text)
+        paths[kernel.id] = path
+    return paths
+
+
 def compiler() -> str:
     return os.environ.get("CC") or sysconfig.get_config_var("CC").split()[0] or "cc"
 

@@ -62,8 +62,11 @@ def render_extension(
     kernels: Sequence[CompiledKernel],
     groups: Sequence[GroupDef],
     cubin_paths: Mapping[str, pathlib.Path],
+    ptx_paths: Mapping[str, pathlib.Path] | None = None,
 ) -> dict[str, str]:
-    """The extension's sources by file name; `cubin_paths` maps kernel ids to files."""
+    """The extension's sources by file name; `cubin_paths` maps kernel ids to files,
+    `ptx_paths` the kernels shipped as PTX too (--ptx) to theirs."""
+    ptx_paths = ptx_paths or {}
     dtypes = [
         {"torch_name": d.torch, "dlpack": d.dlpack[0] | d.dlpack[1] << 8 | 1 << 16}
         for d in DTYPES.values()
@@ -73,7 +76,7 @@ def render_extension(
     for kernel in kernels:
         by_group[kernel.variant.group].append(kernel)
 
-    ordered: list[CompiledKernel] = []
+    ordered: list[tuple[CompiledKernel, bool]] = []  # (kernel, as PTX)
     group_values = []
     for group in groups:
         members = sorted(
@@ -89,17 +92,20 @@ def render_extension(
                 "in_place": int(group.in_place),
                 "args": _args(group, members, dtype_index),
                 "first_kernel": len(ordered),
-                "num_kernels": len(members),
+                "num_kernels": len(members) + sum(k.id in ptx_paths for k in members),
             }
         )
-        ordered.extend(members)
+        # PTX after every cubin: the launcher falls back to it only where no cubin runs.
+        ordered.extend((kernel, False) for kernel in members)
+        ordered.extend((kernel, True) for kernel in members if kernel.id in ptx_paths)
 
     grids: dict[str, str] = {}
     kernel_values = []
-    for index, kernel in enumerate(ordered):
+    for index, (kernel, ptx) in enumerate(ordered):
         expression = _grid(kernel)
         name = grids.setdefault(expression, f"nt_grid_{len(grids)}")
-        kernel_values.append(_kernel(kernel, index, name, dtype_index, cubin_paths[kernel.id]))
+        path = ptx_paths[kernel.id] if ptx else cubin_paths[kernel.id]
+        kernel_values.append(_kernel(kernel, index, name, dtype_index, path, ptx))
 
     values = {
         "version": metadata.version("ntops-aot"),
@@ -166,6 +172,7 @@ def _kernel(
     grid: str,
     dtype_index: Mapping[str, int],
     cubin: pathlib.Path,
+    ptx: bool,
 ) -> dict[str, object]:
     needs = {"unit": 0, "size16": 0, "stride16": 0, "aligned": 0}
     for fact in assumptions(kernel.spec, kernel.args):
@@ -191,12 +198,13 @@ def _kernel(
             f"launcher takes at most {NT_MAX_ARGS} and {NT_MAX_PARAMS}"
         )
     return {
-        "id": kernel.id,
+        "id": f"{kernel.id}+ptx" if ptx else kernel.id,
         "function": kernel.function,
         "symbol": f"nt_cubin_{index}",
         "path": str(cubin),
         "capability": int(kernel.variant.arch.removeprefix("sm_")),
         "exact": int(kernel.target.endswith("a")),
+        "ptx": int(ptx),
         "dtype": dtype_index[kernel.variant.dtype],
         "ndim": kernel.variant.ndim,
         "width": kernel.spec.width,

@@ -67,6 +67,11 @@ _BUILD = [
     _option("max-memory", "MiB one compile process may use ('none'). [default: 6144]"),
     _flag("keep-going", "Package what compiled; list failed variants in the manifest."),
     _flag("wheel-per-arch", "Also write one wheel per arch (version +sm90 etc.)."),
+    _flag(
+        "ptx",
+        "Also ship the PTX of the newest sm_80/86/89 built, for GPUs no cubin runs on: "
+        "the CUDA driver JIT-compiles it at first use (with a warning).",
+    ),
     _option("num-warps", "Warps of every kernel. [default: each kernel file's]"),
     _option("num-stages", "Pipeline stages of every kernel. [default: each kernel file's]"),
     _option("max-num-configs", "Cap on tile configurations per variant (files declare one)."),
@@ -105,7 +110,29 @@ def build(**values: Any) -> None:
     finally:
         progress.finish()
     _summary(result)
+    if options.ptx:
+        _warn_ptx(result)
     sys.exit(result.exit_code)
+
+
+def _warn_ptx(result: pipeline.BuildResult) -> None:
+    shipped = pipeline.ptx_kernels(result.kernels)
+    if not shipped:
+        click.echo(
+            "ntops-aot: warning: --ptx shipped no PTX: the PTX of sm_90a, sm_100a and sm_120a "
+            "runs only where their cubins do; add sm_80, sm_86 or sm_89 to --arch for PTX "
+            "that newer GPUs can compile",
+            err=True,
+        )
+        return
+    arch = shipped[0].variant.arch
+    click.echo(
+        f"ntops-aot: warning: --ptx: the wheel carries {arch} PTX ({len(shipped)} kernels). On "
+        "a GPU none of its cubins runs on, the CUDA driver JIT-compiles it at first use: "
+        "seconds per kernel, in every new process the driver's JIT cache does not cover, "
+        "and code tuned for an older GPU. Build cubins for the GPUs you serve.",
+        err=True,
+    )
 
 
 @main.command("list")

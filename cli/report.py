@@ -38,9 +38,12 @@ def describe_wheel(
         mine = by_arch[arch]
         cubins = [k for v in mine for k in v["kernels"]]
         targets = sorted({k["target"] for k in cubins})
+        ptx = sum(k.get("ptx_bytes", 0) for k in cubins)
+        shipped = f"; {ptx / 1e6:.1f} MB of PTX" if ptx else ""
         lines.append(
             f"    {arch:<8} {len(mine)}, {len(cubins)}, "
-            f"{sum(k['cubin_bytes'] for k in cubins) / 1e6:.1f} (cubins for {', '.join(targets)})"
+            f"{sum(k['cubin_bytes'] for k in cubins) / 1e6:.1f} "
+            f"(cubins for {', '.join(targets)}{shipped})"
         )
     lines.append("  per op       op: variants, kernels, MB of cubins")
     by_op: dict[str, list[Mapping[str, Any]]] = collections.defaultdict(list)

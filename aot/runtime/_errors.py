@@ -51,6 +51,11 @@ def not_built(group, capability, dtype, ndim):
             f"{op} kernels take at most {max(space['ndims'])} dims: make the tensors "
             "contiguous (.contiguous()) so that their dims merge."
         )
+    elif arch and arch not in built.get("targets", [arch]):
+        lines.append(
+            f"ntops-aot builds for {', '.join(built['targets'])}; this GPU ({arch}) is none "
+            "of them, so no wheel can have it."
+        )
     else:
         lines.append("Build a wheel that has it:")
         lines.append("  " + _command(built, op, arch, dtype_short, ndim, space))
