@@ -111,3 +111,27 @@ def test_ptx_of_arch_specific_targets_is_not_shipped(wheels, registry):
     ).kernels
     assert {kernel.target for kernel in kernels} == {"sm_90a", "sm_100a"}
     assert pipeline.ptx_kernels(kernels) == []
+
+
+def test_ptx_images_are_the_ptx_the_manifest_names(wheels, tmp_path):
+    check = """
+import hashlib, re, ntops_prebuilt as nt
+claimed = {k["id"]: k for v in nt.manifest()["variants"] for k in v["kernels"]}
+ptx = [i for i, kernel in enumerate(nt._C.kernels()) if kernel.endswith("+ptx")]
+assert len(ptx) == 4, nt._C.kernels()
+for index in ptx:
+    image = nt._C.image(index)
+    kernel = claimed[nt._C.kernels()[index].removesuffix("+ptx")]
+    assert image.endswith(b"\\0") and image.count(b"\\0") == 1
+    assert hashlib.sha256(image[:-1]).hexdigest() == kernel["ptx_sha256"]
+    assert re.search(rb"^\\.target sm_86$", image, re.M), image[:400]
+print("ok")
+"""
+    site = tmp_path / "site"
+    install = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index"]
+    subprocess.run([*install, "--target", site, wheels[True]], check=True)
+    environ = {**os.environ, "PYTHONPATH": str(site)}
+    said = subprocess.run(
+        [sys.executable, "-c", check], capture_output=True, text=True, env=environ
+    )
+    assert said.stdout.strip() == "ok", said.stderr

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import zipfile
 
+import pytest
 import torch
 
 from ntops_aot.aot import package
@@ -132,3 +133,19 @@ def test_installs_into_a_fresh_venv_with_torch_only(small_build, tmp_path):
     run = subprocess.run([python, "-c", FRESH_CHECK], capture_output=True, text=True, cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith("ok")
+
+
+def test_the_extension_embeds_each_kernels_cubin_byte_for_byte(installed):
+    claimed = {
+        kernel["id"]: kernel
+        for variant in installed.manifest()["variants"]
+        for kernel in variant["kernels"]
+    }
+    ids = installed._C.kernels()
+    assert sorted(ids) == sorted(claimed)
+    for index, kernel_id in enumerate(ids):
+        image = installed._C.image(index)
+        assert hashlib.sha256(image).hexdigest() == claimed[kernel_id]["cubin_sha256"]
+        assert image[:4] == b"\x7fELF"
+    with pytest.raises(IndexError, match=f"the extension has {len(ids)} kernels"):
+        installed._C.image(len(ids))
