@@ -10,12 +10,13 @@ import subprocess
 
 import pytest
 
-ARCH = re.compile(r"(?:arch = |code for )(sm_\w+)")
+# `cuobjdump -lelf x.cubin` names each ELF by its arch: "ELF file    1: x.sm_90a.cubin".
+ARCH = re.compile(r"^ELF file\s+\d+: .*\.(sm_\w+)\.cubin$", re.M)
 
 
 def cuobjdump_arch(path):
     said = subprocess.run(
-        ["cuobjdump", "-elf", str(path)], capture_output=True, text=True, check=True
+        ["cuobjdump", "-lelf", str(path)], capture_output=True, text=True, check=True
     ).stdout
     found = ARCH.search(said)
     return found.group(1) if found else f"no arch in: {said[:300]!r}"
