@@ -148,7 +148,10 @@ def compile_all(
     # Longest first (as last time), so that no long variant starts last.
     todo.sort(key=lambda variant: -timings.get(variant.id))
     failures: list[VariantFailure] = []
-    left = {variant.id: timings.get(variant.id) for variant in todo}
+    # Seconds each variant left should take: last build's time, else (cold cache) the
+    # mean of what this build has compiled so far.
+    left = {variant.id: timings.seconds.get(variant.id) for variant in todo}
+    spent: list[float] = []
 
     def report(task: jobs.Task, result: object, seconds: float) -> None:
         variant = task.variant
@@ -161,10 +164,13 @@ def compile_all(
         else:
             kernels[variant.id] = result  # type: ignore[assignment]
             timings.set(variant.id, seconds)
+            spent.append(seconds)
         left.pop(variant.id, None)
         if progress:
             done = len(kernels) + len(failures)
-            estimate = sum(left.values()) / options.jobs
+            typical = sum(spent) / len(spent) if spent else timings.typical
+            known = [s if s is not None else typical for s in left.values()]
+            estimate = sum(known) / min(options.jobs, max(len(known), 1))
             progress(Event(done, total, variant, seconds, False, failure, estimate))
 
     work = functools.partial(
