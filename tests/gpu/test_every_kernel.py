@@ -38,18 +38,46 @@ def _kernels():
         import ntops_prebuilt
     except ImportError:
         return []
+    variants = ntops_prebuilt.manifest()["variants"]
+    arch = _device_arch({variant["arch"] for variant in variants})
     return [
         pytest.param(variant, kernel["spec"], id=kernel["id"])
-        for variant in ntops_prebuilt.manifest()["variants"]
+        for variant in variants
+        if variant["arch"] == arch
         for kernel in variant["kernels"]
     ]
+
+
+def _device_arch(arches):
+    """The wheel's arch whose cubins run on this GPU, as the launcher chooses: its
+    capability, else the nearest older one of its major version (sm_90 and newer
+    cubins are arch-specific). A multi-arch wheel is tested on this GPU's part."""
+    if not torch.cuda.is_available():
+        return None
+    major, minor = torch.cuda.get_device_capability()
+    capability = 10 * major + minor
+    runs = [
+        int(arch.removeprefix("sm_"))
+        for arch in arches
+        if (built := int(arch.removeprefix("sm_"))) == capability
+        or (built < 90 and built // 10 == major and built <= capability)
+    ]
+    return f"sm_{max(runs)}" if runs else None
 
 
 def pytest_generate_tests(metafunc):
     if "variant" in metafunc.fixturenames:
         kernels = _kernels()
         if not kernels:
-            kernels = [pytest.param(None, None, marks=pytest.mark.skip("no wheel installed"))]
+            kernels = [
+                pytest.param(
+                    None,
+                    None,
+                    marks=pytest.mark.skip(
+                        "no wheel installed, or none of its kernels runs on this GPU"
+                    ),
+                )
+            ]
         metafunc.parametrize(("variant", "spec"), kernels)
 
 
