@@ -55,29 +55,29 @@ def wheel_name(version: str) -> str:
 def write_cubins(
     kernels: Sequence[CompiledKernel], directory: pathlib.Path
 ) -> dict[str, pathlib.Path]:
-    """Content-addressed: identical cubins share a file, unchanged ones are not rewritten."""
-    directory.mkdir(parents=True, exist_ok=True)
-    paths = {}
-    for kernel in kernels:
-        path = directory / f"{kernel.sha256}.cubin"
-        if not path.exists():
-            write_atomic(path, kernel.cubin)
-        paths[kernel.id] = path
-    return paths
+    """Each kernel's cubin file, by kernel id."""
+    return _write_images({kernel.id: kernel.cubin for kernel in kernels}, directory, ".cubin")
 
 
 def write_ptx(
     kernels: Sequence[CompiledKernel], directory: pathlib.Path
 ) -> dict[str, pathlib.Path]:
-    """Each kernel's PTX, NUL-terminated as cuModuleLoadData reads text."""
+    """Each kernel's PTX file, NUL-terminated as cuModuleLoadData reads text."""
+    images = {kernel.id: kernel.ptx.encode() + b"\0" for kernel in kernels}
+    return _write_images(images, directory, ".ptx")
+
+
+def _write_images(
+    images: Mapping[str, bytes], directory: pathlib.Path, suffix: str
+) -> dict[str, pathlib.Path]:
+    """Content-addressed: identical images share a file, unchanged ones are not rewritten."""
     directory.mkdir(parents=True, exist_ok=True)
     paths = {}
-    for kernel in kernels:
-        text = kernel.ptx.encode() + b"\0"
-        path = directory / f"{hashlib.sha256(text).hexdigest()}.ptx"
+    for kernel_id, image in images.items():
+        path = directory / f"{hashlib.sha256(image).hexdigest()}{suffix}"
         if not path.exists():
-            write_atomic(path, text)
-        paths[kernel.id] = path
+            write_atomic(path, image)
+        paths[kernel_id] = path
     return paths
 
 

@@ -3,12 +3,12 @@ installed into a folder on sys.path, so the launcher's logic (coalescing, kernel
 choice, errors) is exercised through `_C.plan` without a GPU."""
 
 import pathlib
-import subprocess
 import sys
 
 import pytest
 
 from ntops_aot.aot import build as pipeline
+from tests.wheels import install
 
 # Two arches, the kernel families (element-wise with a bool result, rows, matmul), both
 # index widths: every path of the launcher, in about a minute on two cores.
@@ -48,22 +48,7 @@ def small_build(build_dir, tmp_path_factory):
 @pytest.fixture(scope="session")
 def installed(small_build, tmp_path_factory):
     """The small wheel, installed the way the deployment story does it."""
-    target = tmp_path_factory.mktemp("site")
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--no-index",
-            "--target",
-            str(target),
-            str(small_build.wheel),
-        ],
-        check=True,
-    )
+    target = install(small_build.wheel, tmp_path_factory.mktemp("site"))
     sys.path.insert(0, str(target))
     import ntops_prebuilt
 

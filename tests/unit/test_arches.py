@@ -10,6 +10,7 @@ import zipfile
 import pytest
 
 from ntops_aot.aot import build as pipeline
+from tests.wheels import install
 
 PLAN = """
 import json, sys, torch, ntops_prebuilt as nt
@@ -45,9 +46,7 @@ def wheels(tmp_path_factory):
 
 
 def chosen(wheel, tmp_path):
-    site = tmp_path / "site"
-    install = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index"]
-    subprocess.run([*install, "--target", site, wheel], check=True)
+    site = install(wheel, tmp_path / "site")
     environ = {**os.environ, "PYTHONPATH": str(site)}
     said = subprocess.run(
         [sys.executable, "-c", PLAN], capture_output=True, text=True, env=environ, check=True
@@ -127,9 +126,7 @@ for index in ptx:
     assert re.search(rb"^\\.target sm_86$", image, re.M), image[:400]
 print("ok")
 """
-    site = tmp_path / "site"
-    install = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index"]
-    subprocess.run([*install, "--target", site, wheels[True]], check=True)
+    site = install(wheels[True], tmp_path / "site")
     environ = {**os.environ, "PYTHONPATH": str(site)}
     said = subprocess.run(
         [sys.executable, "-c", check], capture_output=True, text=True, env=environ

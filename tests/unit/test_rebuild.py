@@ -19,6 +19,8 @@ import zipfile
 
 import pytest
 
+from tests.wheels import install
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # Two element-wise ops (sharing kernels/element_wise.py) and one row op (kernels/
 # reduction.py): six variants that compile in seconds.
@@ -235,9 +237,7 @@ def test_keep_going_packages_the_rest_and_names_what_is_missing(project):
     assert built == ABS | RMS_NORM
 
     # The runtime's error for a call that needed a failed variant names it.
-    site = project.root / "site"
-    install = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index"]
-    subprocess.run([*install, "--target", site, partial.wheel], check=True)
+    site = install(partial.wheel, project.root / "site")
     call = (
         "import torch, ntops_prebuilt\n"
         "x = torch.empty(8, dtype=torch.float16, device='meta')\n"
