@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PY ?= $(BIN)/python
-# A CUDA build of torch is not needed to build or to run the CPU tests.
+# The registry's default torch (a CUDA build): the one services run; README.md says why.
 TORCH ?= torch
 ARCH ?= sm_90
 OPS ?= all

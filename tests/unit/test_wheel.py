@@ -3,6 +3,7 @@
 import base64
 import csv
 import hashlib
+import importlib.metadata
 import io
 import json
 import subprocess
@@ -10,7 +11,6 @@ import sys
 import zipfile
 
 import pytest
-import torch
 
 from ntops_aot.aot import package
 
@@ -121,7 +121,9 @@ def test_installs_into_a_fresh_venv_with_torch_only(small_build, tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = str(venv / "bin" / "python")
-    version = torch.__version__
+    # The installed distribution's version, not torch.__version__: a registry build's
+    # `2.15.0+cu132` carries a local label that no index serves.
+    version = importlib.metadata.version("torch")
     subprocess.run([python, "-m", "pip", "install", "-q", f"torch=={version}"], check=True)
     subprocess.run([python, "-m", "pip", "install", "-q", str(small_build.wheel)], check=True)
     listed = subprocess.run(
