@@ -21,13 +21,15 @@ from importlib import metadata
 
 from ntops_aot.aot import cache as caching
 from ntops_aot.aot import enumerate as enumeration
-from ntops_aot.aot import jobs, package, shards, workers
+from ntops_aot.aot import jobs, package, shards, tuning, workers
+from ntops_aot.aot import ops as registry
 from ntops_aot.aot.compile import CompiledKernel
 from ntops_aot.aot.config import BuildOptions
 from ntops_aot.aot.errors import (
     PARTIAL_EXIT_CODE,
     BuildError,
     CompileError,
+    UsageError,
     VariantFailure,
     VariantsFailed,
 )
@@ -45,6 +47,8 @@ class Plan:
     names: tuple[str, ...]  # the ops selected
     variants: tuple[Variant, ...]  # the variants selected (this shard's, with --shard)
     keys: Mapping[str, str]  # variant id -> cache key of its kernels
+    choices: Mapping[str, Mapping[str, tuning.Choice]]  # variant id -> bucket -> config
+    builds: Mapping[str, tuple[tuning.Build, ...]]  # variant id -> what it compiles
 
     @property
     def compile_options(self) -> jobs.CompileOptions:
@@ -92,15 +96,70 @@ def plan(options: BuildOptions, environ: Mapping[str, str] | None = None) -> Pla
     keys = caching.Keys(os.environ if environ is None else environ)
     ops = enumeration.scan(cache, keys)
     names = enumeration.select_ops(ops, options.ops)
+    if options.candidates:
+        names = _tunable(ops, names, options.ops)
     arches = enumeration.select_arches(options.arches)
     variants = enumeration.variants(
         ops, names, arches, options.dtypes, options.ndims, options.variants
     )
     if options.shard is not None:
         variants = [v for v in variants if shard_of(v, options.shard[1]) == options.shard[0]]
+    tables = _tables(options, ops, arches, keys.toolchain)
+    choices = {
+        v.id: tuning.resolve(
+            v,
+            ops[v.op].tuning,
+            ops[v.op].defaults[v.id],
+            ops[v.op].candidates[v.id],
+            tables.get(v.arch),
+        )
+        for v in variants
+    }
+    builds = {
+        v.id: tuning.candidate_builds(ops[v.op].tuning, ops[v.op].candidates[v.id])  # type: ignore[arg-type]
+        if options.candidates
+        else tuning.builds(ops[v.op].tuning, choices[v.id])
+        for v in variants
+    }
     compile_options = dataclasses.asdict(jobs.CompileOptions(options.num_warps, options.num_stages))
-    variant_keys = {v.id: keys.variant(v, ops[v.op].module, compile_options) for v in variants}
-    return Plan(options, ops, tuple(names), tuple(variants), variant_keys)
+    variant_keys = {
+        v.id: keys.variant(v, ops[v.op].module, compile_options, builds[v.id]) for v in variants
+    }
+    return Plan(options, ops, tuple(names), tuple(variants), variant_keys, choices, builds)
+
+
+def _tunable(ops: Mapping[str, OpInfo], names: Sequence[str], asked: Sequence[str]) -> list[str]:
+    """The ops a tuning wheel holds: those of `names` that declare a TUNING."""
+    tunable = [name for name in names if ops[name].tuning is not None]
+    named = [name for name in names if name in asked and ops[name].tuning is None]
+    if named or not tunable:
+        every = ", ".join(name for name in ops if ops[name].tuning is not None)
+        raise UsageError(
+            f"{', '.join(named) or 'these ops'}: no TUNING declared; ops that tune: {every}"
+        )
+    return tunable
+
+
+def _tables(
+    options: BuildOptions,
+    ops: Mapping[str, OpInfo],
+    arches: Sequence[str],
+    toolchain: Mapping[str, str],
+) -> dict[str, tuning.Table]:
+    """The tuning tables in force, checked against this toolchain and the kernel files."""
+    if options.candidates or not options.tuning:
+        return {}
+    tables = tuning.load_tables(options.tuning_dir or tuning.tables_dir(), arches)
+    for arch, table in tables.items():
+        tuning.check_toolchain(table, toolchain)
+        known = [
+            variant.id
+            for name, op in ops.items()
+            for variant in registry.every_variant(name, op.space)
+            if variant.arch == arch
+        ]
+        tuning.check_variants(table, known)
+    return tables
 
 
 def shard_of(variant: Variant, shards: int) -> int:
@@ -177,7 +236,10 @@ def compile_all(
         _compile_and_store, options=planned.compile_options, cache_root=cache.root
     )
     try:
-        tasks = [jobs.Task(variant, planned.keys[variant.id]) for variant in todo]
+        tasks = [
+            jobs.Task(variant, planned.keys[variant.id], planned.builds[variant.id])
+            for variant in todo
+        ]
         memory = options.max_memory * 2**20 if options.max_memory else None
         workers.run(
             tasks, work, min(options.jobs, len(tasks)) or 1, options.timeout, memory, report
@@ -195,7 +257,7 @@ def _compile_and_store(
     """In a worker: compile one variant and store it, so a killed build keeps it."""
     cache = caching.Cache(cache_root)
     try:
-        kernels = jobs.compile_variant(task.variant, options, cache.toolchain_dir)
+        kernels = jobs.compile_variant(task.variant, options, cache.toolchain_dir, task.builds)
     except CompileError as error:
         # The failure is reported with the variant's reproducer (`reproduce`).
         raise BuildError(f"{error.kernel_id}: {error.reason}") from None
@@ -220,8 +282,10 @@ def write_wheels(
     kernels: Mapping[str, Sequence[CompiledKernel]],
     failures: Sequence[VariantFailure],
 ) -> tuple[pathlib.Path, ...]:
-    """The wheel of every planned variant, and with --wheel-per-arch one per arch."""
-    wheels = [_write_wheel(planned, planned.variants, kernels, failures, local=None)]
+    """The wheel of every planned variant, and with --wheel-per-arch one per arch. A
+    tuning wheel (every candidate) is versioned `+tuning`."""
+    main = "tuning" if planned.options.candidates else None
+    wheels = [_write_wheel(planned, planned.variants, kernels, failures, local=main)]
     arches = sorted({v.arch for v in planned.variants}, key=list(TARGETS).index)
     if planned.options.wheel_per_arch:
         for arch in arches:
@@ -241,7 +305,13 @@ def _write_wheel(
     options, cache = planned.options, caching.Cache(planned.options.cache_root)
     flat = [k for v in variants for k in kernels.get(v.id, ())]
     groups = [
-        GroupDef(group_key(name, switches), name, op.space.coalesce, op.space.allows_in_place)
+        GroupDef(
+            group_key(name, switches),
+            name,
+            op.space.coalesce,
+            op.space.allows_in_place,
+            op.tuning.key if op.tuning else None,
+        )
         for name, op in planned.ops.items()
         for switches in op.space.all_switch_choices()
     ]
@@ -262,6 +332,7 @@ def _write_wheel(
         kernels=kernels,
         failures=failures,
         ptx=ptx,
+        choices=planned.choices,
     )
     return package.write_wheel(extension, contents, options.out_dir)
 

@@ -18,20 +18,22 @@ Triton's and ninetoothed's own caches live under `toolchain/` beside them.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import pathlib
 import pickle
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
 from ntops_aot.aot import fingerprint
 from ntops_aot.aot.space import Variant
+from ntops_aot.aot.tuning import Build
 
-FORMAT = 1
+FORMAT = 2
 # The modules a worker runs to turn a variant into cubins: their closure is part of
 # every kernel key (editing codegen or compile recompiles everything; render does not).
 COMPILER_MODULES = ("ntops_aot.aot.jobs",)
@@ -72,9 +74,16 @@ class Keys:
         sources = self.sources.fingerprint([module])
         return _digest({"format": FORMAT, "sources": sources, "toolchain": self.toolchain})
 
-    def variant(self, variant: Variant, module: str, options: Mapping[str, Any]) -> str:
+    def variant(
+        self,
+        variant: Variant,
+        module: str,
+        options: Mapping[str, Any],
+        builds: Sequence[Build] = (),
+    ) -> str:
         """The key of `variant`'s compiled kernels; `options` are the build options
-        that reach the compiler (warps, stages)."""
+        that reach the compiler (warps, stages), `builds` its configurations (so a
+        changed tuning table recompiles exactly the variants whose winner changed)."""
         return _digest(
             {
                 "format": FORMAT,
@@ -84,6 +93,10 @@ class Keys:
                 "variant": variant.id,
                 "widest": variant.widest,
                 "options": dict(options),
+                "builds": [
+                    {**dataclasses.asdict(build), "config": build.config.as_dict()}
+                    for build in builds
+                ],
             }
         )
 

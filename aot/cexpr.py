@@ -11,6 +11,7 @@ from ntops_aot.aot.errors import UnsupportedKernel
 
 _OPERATORS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*"}
 _FUNCTIONS = {ast.FloorDiv: "nt_floordiv", ast.Mod: "nt_floormod"}
+_CALLS = {"min": "nt_min", "max": "nt_max"}  # two arguments each
 
 
 def to_c(expression: str, names: Mapping[str, str]) -> str:
@@ -32,7 +33,16 @@ def _emit(node: ast.AST, names: Mapping[str, str], whole: str) -> str:
             return f"({left} {_OPERATORS[type(node.op)]} {right})"
         if type(node.op) in _FUNCTIONS:
             return f"{_FUNCTIONS[type(node.op)]}({left}, {right})"
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in _CALLS
+        and len(node.args) == 2
+        and not node.keywords
+    ):
+        left, right = (_emit(arg, names, whole) for arg in node.args)
+        return f"{_CALLS[node.func.id]}({left}, {right})"
     raise UnsupportedKernel(
         f"launch grid {whole!r}: cannot evaluate {ast.unparse(node)!r} in the launcher "
-        "(integer +, -, *, //, % over sizes and constants only)"
+        "(integer +, -, *, //, %, min and max over sizes and constants only)"
     )

@@ -40,12 +40,14 @@ class Arg:
 
 @dataclasses.dataclass(frozen=True)
 class Param:
-    """One Triton kernel parameter and the argument value it is given."""
+    """One Triton kernel parameter and the argument value it is given (a "constant"
+    is compiled in: `value`, from a constexpr tensor of the premake)."""
 
     name: str
-    kind: str  # "pointer" | "size" | "stride" | "scalar"
-    arg: int  # index into the kernel's `Arg`s
+    kind: str  # "pointer" | "size" | "stride" | "scalar" | "constant" | "workspace"
+    arg: int  # index into the kernel's `Arg`s (-1 for constants and the workspace)
     dim: int = -1
+    value: int | bool | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,59 +63,122 @@ class GeneratedKernel:
     grid: str  # number of programs: a Python expression over parameter names
     num_warps: int
     num_stages: int
+    num_ctas: int = 1
+    # Bytes of workspace the launcher allocates per program, and how many of them (per
+    # program, from the start) it zeroes: the kernel file's `workspace(config)`.
+    workspace: tuple[int, int] = (0, 0)
 
     @property
     def id(self) -> str:
         return f"{self.variant.id}/{self.spec.name}"
 
 
-def generate(op: OpDef, variant: Variant, config: Config) -> list[GeneratedKernel]:
-    """Generate every specialisation of `variant`; needs `toolchain.use_target` first."""
+# The launcher's name for the GPU's multiprocessor count in grid expressions.
+MULTIPROCESSORS = "multiprocessors"
+
+
+def generate(
+    op: OpDef,
+    variant: Variant,
+    config: Config,
+    keep: Callable[[Spec], bool] = lambda spec: True,
+) -> list[GeneratedKernel]:
+    """Generate the specialisations of `variant` that `keep` accepts; needs
+    `toolchain.use_target` first. A premake that takes `spec` is generated once per
+    specialisation, any other once for all of them."""
     import ninetoothed.utils
 
     default_warps, default_stages = ninetoothed.utils.calculate_default_configs()
     num_warps = config.num_warps or default_warps
     num_stages = config.num_stages or default_stages
     function = f"ntops_{variant.op}"
-    names, tensors, source, kernel_params, grid = _ninetoothed(
-        op, variant, config, function, num_warps, num_stages
-    )
-    args = _args(op, names, tensors)
-    params = _params(variant, kernel_params, tensors)
+    args = _args(op, *_premade(op, variant, config, None))
+    generated: dict[Spec | None, Generation] = {}
     kernels = []
     for spec in specializations(op, variant, args):
+        if not keep(spec):
+            continue
+        which = spec if op.premake_takes_spec else None
+        if which not in generated:
+            generated[which] = _ninetoothed(
+                op, variant, config, function, num_warps, num_stages, which
+            )
+        found = generated[which]
+        params = _params(variant, found, op.space.workspace)
         signature, divisible = _signature(spec, args, params)
         kernels.append(
             GeneratedKernel(
                 variant=variant,
                 spec=spec,
                 args=args,
-                source=widen_program_ids(source) if spec.width == 64 else source,
+                source=_module(found.source, spec.width),
                 function=function,
                 params=params,
                 signature=signature,
                 divisible=divisible,
-                grid=grid,
+                grid=_launched(found.grid, config),
                 num_warps=num_warps,
                 num_stages=num_stages,
+                num_ctas=config.num_ctas,
+                workspace=op.workspace(config),
             )
         )
     return kernels
 
 
-def _ninetoothed(
-    op: OpDef, variant: Variant, config: Config, function: str, num_warps: int, num_stages: int
-) -> tuple[list[str], Sequence[Any], str, list[str], str]:
-    """Run ninetoothed's code generator as `ninetoothed.make` would: the parameter
-    names, the premake's tensors, the Triton source, its kernel's parameters and grid."""
-    import ninetoothed
-    import ninetoothed.generation
+def specs(
+    op: OpDef,
+    variant: Variant,
+    config: Config,
+    keep: Callable[[Spec], bool] = lambda spec: True,
+) -> list[Spec]:
+    """The specialisations `generate` would make (without generating them)."""
+    args = _args(op, *_premade(op, variant, config, None))
+    return [spec for spec in specializations(op, variant, args) if keep(spec)]
 
+
+@dataclasses.dataclass(frozen=True)
+class Generation:
+    """What ninetoothed's code generator made of one premake."""
+
+    names: Sequence[str]  # the application's parameters
+    tensors: Sequence[Any]
+    source: str
+    kernel_params: list[str]
+    grid: str
+
+
+def _premade(
+    op: OpDef, variant: Variant, config: Config, spec: Spec | None
+) -> tuple[list[str], Sequence[Any], Callable[..., Any], Callable[..., Any]]:
+    """The premake's parameter names, tensors, arrangement and application."""
     # ninetoothed names tensors from a process-wide counter; starting it at zero makes
     # the generated source, and so the cubin, independent of what was built before.
+    import ninetoothed
+
     ninetoothed.Tensor.num_instances = 0
-    arrangement, application, tensors = op.premake(variant, config.premake)
-    names = list(_parameters(application))
+    extra = dict(config.premake)
+    if op.premake_takes_spec:
+        extra["spec"] = spec
+    if config.split > 1:
+        extra["split"] = config.split
+    arrangement, application, tensors = op.premake(variant, extra)
+    return _parameters(application), tensors, arrangement, application
+
+
+def _ninetoothed(
+    op: OpDef,
+    variant: Variant,
+    config: Config,
+    function: str,
+    num_warps: int,
+    num_stages: int,
+    spec: Spec | None,
+) -> Generation:
+    """Run ninetoothed's code generator as `ninetoothed.make` would."""
+    import ninetoothed.generation
+
+    names, tensors, arrangement, application = _premade(op, variant, config, spec)
     arranged = arrangement(*tensors)
     arranged = arranged if isinstance(arranged, tuple) else (arranged,)
     if len(names) != len(tensors) or len(arranged) != len(tensors):
@@ -132,7 +197,35 @@ def _ninetoothed(
         raise UnsupportedKernel(f"{variant.id}: ninetoothed produced no launch grid")
     grid = ast.unparse(generator.raw_grid.body.elts[0])
     kernel_params = [arg.arg for arg in generator.kernel_func.args.args]
-    return names, tensors, source, kernel_params, grid
+    return Generation(names, tensors, source, kernel_params, grid)
+
+
+def _launched(grid: str, config: Config) -> str:
+    """The grid a configuration launches. Persistent: the tiles, but at most so many
+    programs per multiprocessor (the kernel loops over the tiles). Split: the tiles
+    times the split factor that brings the programs nearest the multiprocessor count
+    from below, between 1 and `config.split` (the kernel divides its work by it)."""
+    if config.persistent:
+        return f"min({grid}, {MULTIPROCESSORS} * {config.persistent})"
+    if config.split > 1:
+        factor = f"max(1, min({config.split}, {MULTIPROCESSORS} // ({grid})))"
+        return f"({grid}) * {factor}"
+    return grid
+
+
+def _module(source: str, width: int) -> str:
+    """The module a kernel compiles from: ninetoothed's source, with 64-bit program ids
+    for 64-bit kernels, and `tl` bound for the Triton helpers kernel files write (their
+    source comes along verbatim, with Triton's customary alias)."""
+    tree = ast.parse(widen_program_ids(source) if width == 64 else source)
+    alias = ast.Import(names=[ast.alias(name="triton.language", asname="tl")])
+    # ninetoothed appends the helpers in set order; sorted, the module is the same in
+    # every process (the kernel keeps its place before them).
+    kernel, *helpers = [node for node in tree.body if isinstance(node, ast.FunctionDef)]
+    rest = [node for node in tree.body if not isinstance(node, ast.FunctionDef)]
+    helpers.sort(key=lambda node: node.name)
+    tree.body = [alias, *rest, kernel, *helpers]
+    return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
 
 
 def specializations(op: OpDef, variant: Variant, args: Sequence[Arg]) -> list[Spec]:
@@ -182,7 +275,9 @@ def _parameters(application: Callable[..., Any]) -> list[str]:
     return list(code.co_varnames[: code.co_argcount])
 
 
-def _args(op: OpDef, names: Sequence[str], tensors: Sequence[Any]) -> tuple[Arg, ...]:
+def _args(op: OpDef, names: Sequence[str], tensors: Sequence[Any], *_: Any) -> tuple[Arg, ...]:
+    """The call's arguments: every premake tensor but the constexpr ones (constants
+    compiled into the kernel) and the workspace (the launcher's), never passed."""
     if not set(op.space.outputs) & set(names):
         raise UnsupportedKernel(
             f"{op.name}: none of SPACE.outputs {op.space.outputs} is a parameter"
@@ -197,12 +292,28 @@ def _args(op: OpDef, names: Sequence[str], tensors: Sequence[Any]) -> tuple[Arg,
             specialized=name not in op.space.unspecialized,
         )
         for name, tensor in zip(names, tensors, strict=True)
+        if not tensor.constexpr and name != op.space.workspace
     )
 
 
-def _params(variant: Variant, names: Sequence[str], tensors: Sequence[Any]) -> tuple[Param, ...]:
+def _params(variant: Variant, found: Generation, workspace: str | None) -> tuple[Param, ...]:
+    """What each kernel parameter is given: a call argument's pointer, size or stride,
+    a scalar, a constant (constexpr tensors; the workspace's size and stride, which the
+    kernel does not read: it lays the workspace out from its grid), or the workspace."""
     known: dict[str, Param] = {}
-    for index, tensor in enumerate(tensors):
+    passed = []
+    for name, tensor in zip(found.names, found.tensors, strict=True):
+        if tensor.constexpr:
+            known[tensor.name] = Param(tensor.name, "constant", -1, value=tensor.value)
+        elif name == workspace:
+            known[tensor.pointer_string()] = Param(tensor.pointer_string(), "workspace", -1)
+            for dim in range(tensor.ndim):
+                size, stride = tensor.size_string(dim), tensor.stride_string(dim)
+                known[size] = Param(size, "constant", -1, value=0)
+                known[stride] = Param(stride, "constant", -1, value=1)
+        else:
+            passed.append(tensor)
+    for index, tensor in enumerate(passed):
         if tensor.ndim == 0:
             known[tensor.name] = Param(tensor.name, "scalar", index)
             continue
@@ -214,14 +325,14 @@ def _params(variant: Variant, names: Sequence[str], tensors: Sequence[Any]) -> t
                 ("stride", tensor.stride_string(dim)),
             ):
                 known[name] = Param(name, kind, index, dim)
-    unknown = [name for name in names if name not in known]
+    unknown = [name for name in found.kernel_params if name not in known]
     if unknown:
         raise UnsupportedKernel(
             f"{variant.id}: kernel parameters {unknown} are not a tensor's pointer, size, "
-            "stride or a scalar; an AOT kernel needs fixed block sizes (no meta symbols, "
-            "no tiles sized by a runtime dim)"
+            "stride, a scalar or a constexpr tensor; an AOT kernel needs fixed block sizes "
+            "(no meta symbols, no tiles sized by a runtime dim)"
         )
-    return tuple(known[name] for name in names)
+    return tuple(known[name] for name in found.kernel_params)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,6 +370,13 @@ def _signature(
     signature = []
     divisible = []
     for position, param in enumerate(params):
+        if param.kind == "constant":
+            signature.append("constexpr")
+            continue
+        if param.kind == "workspace":  # allocated by the launcher, 128-byte aligned
+            signature.append("*i32")
+            divisible.append(position)
+            continue
         arg = args[param.arg]
         if param.kind == "scalar":
             signature.append(arg.dtype)

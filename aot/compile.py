@@ -18,10 +18,10 @@ from ntops_aot.aot.errors import CompileError
 from ntops_aot.aot.space import Spec, Variant
 from ntops_aot.aot.targets import TARGETS
 
-# The launch configurations a plain cuLaunchKernel call gives. Kernels Triton
-# compiles for anything else (clusters, cooperative or programmatic-dependent
-# launches) are refused rather than launched wrongly.
-_PLAIN_LAUNCH = {"num_ctas": 1, "launch_cooperative_grid": False, "launch_pdl": False}
+# Launch kinds the launcher does not make: kernels Triton compiles for cooperative or
+# programmatic-dependent launches are refused rather than launched wrongly. (Clusters,
+# num_ctas > 1, and global scratch memory it does provide.)
+_PLAIN_LAUNCH = {"launch_cooperative_grid": False, "launch_pdl": False}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,15 +35,25 @@ class CompiledKernel:
     target: str  # "sm_90a": what the cubin runs on ("a": that exact compute capability)
     params: tuple[Param, ...]  # runtime parameters, constants removed, in order
     types: tuple[str, ...]  # Triton type of each runtime parameter
-    scratch_params: int  # trailing pointer parameters Triton adds (passed as NULL)
+    scratch_params: int  # trailing pointer parameters Triton adds: global, then profile scratch
     grid: str
-    num_warps: int
+    num_warps: int  # as compiled: warp-specialised kernels come back with more than asked
     num_stages: int
     shared: int  # bytes of dynamic shared memory
+    scratch: int = 0  # bytes of global scratch per program (device-side TMA descriptors)
+    scratch_align: int = 1
+    workspace: tuple[int, int] = (0, 0)  # bytes per program, and of them zeroed (codegen's)
+    num_ctas: int = 1  # programs per cluster
+    # Which calls it serves: the inclusive range of its op's bucket key size, and (in a
+    # tuning wheel) which candidate configuration of that bucket it was built with.
+    bucket: tuple[int, int] = (0, 2**63 - 1)
+    label: str = ""  # "@decode": the buckets it serves, when not all of them
+    candidate: int = 0
+    config: str = ""  # the configuration, as `Config.__str__` writes it
 
     @property
     def id(self) -> str:
-        return f"{self.variant.id}/{self.spec.name}"
+        return f"{self.variant.id}/{self.spec.name}{self.label}"
 
     @property
     def sha256(self) -> str:
@@ -59,7 +69,12 @@ def compile_kernel(kernel: GeneratedKernel) -> CompiledKernel:
     target = TARGETS[kernel.variant.arch]
     jit_function = _load(kernel)
     signature = dict(zip(jit_function.arg_names, kernel.signature, strict=True))
-    constants = {name: 1 for name, type_ in signature.items() if type_ == "constexpr"}
+    # Constexpr parameters: unit strides (1) and the premake's constexpr tensors.
+    constants = {
+        param.name: 1 if param.kind == "stride" else param.value
+        for param, type_ in zip(kernel.params, kernel.signature, strict=True)
+        if type_ == "constexpr"
+    }
     attrs = {(position,): [["tt.divisibility", 16]] for position in kernel.divisible}
     source = triton.compiler.ASTSource(
         fn=jit_function, signature=signature, constexprs=constants, attrs=attrs
@@ -68,7 +83,12 @@ def compile_kernel(kernel: GeneratedKernel) -> CompiledKernel:
     options = triton.compiler.make_backend(gpu_target).parse_options(
         # Fusing a * b + c into one FMA is Triton's (and nvcc's) default; say so, so a
         # changed default in a later Triton cannot change the numbers silently.
-        {"num_warps": kernel.num_warps, "num_stages": kernel.num_stages, "enable_fp_fusion": True}
+        {
+            "num_warps": kernel.num_warps,
+            "num_stages": kernel.num_stages,
+            "num_ctas": kernel.num_ctas,
+            "enable_fp_fusion": True,
+        }
     )
     try:
         compiled = triton.compile(source, target=gpu_target, options=options.__dict__)
@@ -76,6 +96,7 @@ def compile_kernel(kernel: GeneratedKernel) -> CompiledKernel:
         raise CompileError(kernel.id, f"Triton failed: {error}", _reproduce(kernel)) from error
     _check_launchable(kernel, compiled.metadata)
     runtime = [i for i, type_ in enumerate(kernel.signature) if type_ != "constexpr"]
+    metadata = compiled.metadata
     return CompiledKernel(
         variant=kernel.variant,
         spec=kernel.spec,
@@ -87,13 +108,16 @@ def compile_kernel(kernel: GeneratedKernel) -> CompiledKernel:
         params=tuple(kernel.params[i] for i in runtime),
         types=tuple(kernel.signature[i] for i in runtime),
         scratch_params=sum(
-            hasattr(compiled.metadata, field)
-            for field in ("global_scratch_size", "profile_scratch_size")
+            hasattr(metadata, field) for field in ("global_scratch_size", "profile_scratch_size")
         ),
         grid=kernel.grid,
-        num_warps=compiled.metadata.num_warps,
-        num_stages=compiled.metadata.num_stages,
-        shared=compiled.metadata.shared,
+        num_warps=metadata.num_warps,
+        num_stages=metadata.num_stages,
+        shared=metadata.shared,
+        scratch=getattr(metadata, "global_scratch_size", 0),
+        scratch_align=getattr(metadata, "global_scratch_align", 1) or 1,
+        workspace=kernel.workspace,
+        num_ctas=getattr(metadata, "num_ctas", 1),
     )
 
 
@@ -109,16 +133,23 @@ def _load(kernel: GeneratedKernel) -> Any:
 
 
 def _check_launchable(kernel: GeneratedKernel, metadata: Any) -> None:
-    for field in ("global_scratch_size", "profile_scratch_size"):
-        if getattr(metadata, field, 0):
-            raise CompileError(
-                kernel.id,
-                f"the kernel needs {getattr(metadata, field)} bytes of "
-                f"{field.removesuffix('_size').replace('_', ' ')} "
-                "memory per launch; prebuilt launchers pass no scratch buffers, so change the "
-                "kernel (smaller tiles, no device-side tensor descriptors or printing)",
-                _reproduce(kernel),
-            )
+    target = TARGETS[kernel.variant.arch]
+    if metadata.shared > target.max_shared_mem:
+        raise CompileError(
+            kernel.id,
+            f"the kernel needs {metadata.shared} bytes of shared memory; a block on "
+            f"{target.name} gets at most {target.max_shared_mem}: choose smaller tiles or "
+            "fewer stages in its kernel file",
+            _reproduce(kernel),
+        )
+    if getattr(metadata, "profile_scratch_size", 0):
+        raise CompileError(
+            kernel.id,
+            f"the kernel needs {metadata.profile_scratch_size} bytes of profile scratch "
+            "memory per launch (Triton's instrumentation); prebuilt launchers pass none, so "
+            "build without TRITON_* profiling settings",
+            _reproduce(kernel),
+        )
     for field, plain in _PLAIN_LAUNCH.items():
         value = getattr(metadata, field, plain)
         if value != plain:

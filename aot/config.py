@@ -48,6 +48,12 @@ class BuildOptions:
     num_warps: int | None = None
     num_stages: int | None = None
     max_num_configs: int | None = None
+    # Tuning tables: the winners in `tuning_dir` (None: those shipped with the kernel
+    # files) unless `tuning` is off; `candidates` builds a tuning wheel instead (every
+    # candidate configuration of the ops that declare a TUNING: `ntops-aot tune`).
+    tuning: bool = True
+    tuning_dir: pathlib.Path | None = None
+    candidates: bool = False
 
     def __post_init__(self) -> None:
         for name in ("num_warps", "num_stages", "max_num_configs", "jobs", "max_memory"):
@@ -148,6 +154,8 @@ OPTIONS: Mapping[str, tuple[str, Callable[[Any], Any], bool]] = {
     "num-warps": ("num_warps", _int, False),
     "num-stages": ("num_stages", _int, False),
     "max-num-configs": ("max_num_configs", _int, False),
+    "tuning": ("tuning", _bool, False),
+    "tuning-dir": ("tuning_dir", pathlib.Path, True),
 }
 
 

@@ -23,11 +23,10 @@ def scan(cache: Cache, keys: Keys) -> dict[str, OpInfo]:
         key = keys.op(module)
         entry = cache.load("ops", key)
         if entry is None:
-            entry = {"space": registry.read_space(module, cache.toolchain_dir)}
+            entry = {"op": registry.read_op(module, cache.toolchain_dir)}
             cache.store("ops", key, entry)
-        if entry["space"] is not None:
-            name = module.rpartition(".")[2]
-            found[name] = OpInfo(name, module, entry["space"])
+        if entry["op"] is not None:
+            found[entry["op"].name] = entry["op"]
     return found
 
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+from collections.abc import Callable
 
 from ntops_aot.aot import codegen, ops, toolchain
 from ntops_aot.aot.compile import CompiledKernel, compile_kernel
-from ntops_aot.aot.space import Variant
+from ntops_aot.aot.space import Spec, Variant
 from ntops_aot.aot.targets import TARGETS
+from ntops_aot.aot.tuning import Build
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,18 +27,48 @@ class CompileOptions:
 class Task:
     variant: Variant
     key: str  # the cache key its kernels are stored under
+    builds: tuple[Build, ...]  # its configurations (one per bucket winner, or candidates)
 
 
 def compile_variant(
-    variant: Variant, options: CompileOptions, toolchain_dir: pathlib.Path
+    variant: Variant,
+    options: CompileOptions,
+    toolchain_dir: pathlib.Path,
+    builds: tuple[Build, ...],
 ) -> list[CompiledKernel]:
-    """Generate and compile every specialisation of `variant`."""
+    """Generate and compile every specialisation each of `builds` asks for; a
+    configuration that several builds share compiles once."""
     op = ops.load(variant.op, toolchain_dir)
     toolchain.use_target(TARGETS[variant.arch])
-    config = op.config(variant)
-    config = dataclasses.replace(
-        config,
-        num_warps=options.num_warps or config.num_warps,
-        num_stages=options.num_stages or config.num_stages,
-    )
-    return [compile_kernel(kernel) for kernel in codegen.generate(op, variant, config)]
+    compiled: dict[tuple[str, str], CompiledKernel] = {}
+    kernels = []
+    for build in builds:
+        config = dataclasses.replace(
+            build.config,
+            num_warps=options.num_warps or build.config.num_warps,
+            num_stages=options.num_stages or build.config.num_stages,
+        )
+        specs = codegen.specs(op, variant, config, keep=_selector(build))
+        missing = [spec for spec in specs if (config.key, spec.name) not in compiled]
+        for kernel in codegen.generate(op, variant, config, keep=missing.__contains__):
+            compiled[config.key, kernel.spec.name] = compile_kernel(kernel)
+        for spec in specs:
+            kernels.append(
+                dataclasses.replace(
+                    compiled[config.key, spec.name],
+                    bucket=build.bucket,
+                    label=build.label,
+                    candidate=build.candidate,
+                    config=str(build.config),
+                )
+            )
+    return kernels
+
+
+def _selector(build: Build) -> Callable[[Spec], bool]:
+    def keep(spec: Spec) -> bool:
+        if build.aligned is not None and spec.aligned != build.aligned:
+            return False
+        return not build.specs or spec.name in build.specs
+
+    return keep

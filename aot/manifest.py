@@ -14,8 +14,9 @@ from ntops_aot.aot.errors import VariantFailure
 from ntops_aot.aot.ops import OpInfo
 from ntops_aot.aot.space import DTYPES, Variant, group_key
 from ntops_aot.aot.targets import TARGETS
+from ntops_aot.aot.tuning import Choice, Tuning
 
-FORMAT = 2
+FORMAT = 3
 
 
 def manifest(
@@ -29,9 +30,11 @@ def manifest(
     kernels: Mapping[str, Sequence[CompiledKernel]],
     failures: Sequence[VariantFailure],
     ptx: Mapping[str, pathlib.Path],
+    choices: Mapping[str, Mapping[str, Choice]],
 ) -> dict[str, Any]:
     """`kernels` maps variant ids to their kernels; `failures` are the variants that
-    have none (built with --keep-going); `ptx` the kernels shipped as PTX too."""
+    have none (built with --keep-going); `ptx` the kernels shipped as PTX too;
+    `choices` each variant's configuration per bucket and where it came from."""
     return {
         "format": FORMAT,
         "version": version,
@@ -47,6 +50,8 @@ def manifest(
             "num_stages": options.num_stages,
             "max_num_configs": options.max_num_configs,
             "ptx": options.ptx,
+            "tuning": options.tuning and not options.candidates,
+            "candidates": options.candidates,  # a tuning wheel: every candidate built
         },
         "ops": {
             name: {
@@ -57,6 +62,7 @@ def manifest(
                     group_key(name, switches): dict(switches)
                     for switches in op.space.all_switch_choices()
                 },
+                "tuning": _tuning(op.tuning),
             }
             for name, op in ops.items()
         },
@@ -70,6 +76,15 @@ def manifest(
                 "ndim": variant.ndim,
                 "switches": dict(variant.switches),
                 "group": variant.group,
+                "buckets": {
+                    bucket: {"config": choice.config.as_dict(), "from": choice.source}
+                    for bucket, choice in choices.get(variant.id, {}).items()
+                },
+                **(
+                    {"candidates": _candidates(ops[variant.op], variant)}
+                    if options.candidates
+                    else {}
+                ),
                 "kernels": [_kernel(kernel, ptx) for kernel in kernels.get(variant.id, ())],
             }
             for variant in variants
@@ -95,5 +110,36 @@ def _kernel(kernel: CompiledKernel, ptx: Mapping[str, pathlib.Path]) -> dict[str
         "shared": kernel.shared,
         "num_warps": kernel.num_warps,
         "num_stages": kernel.num_stages,
+        "num_ctas": kernel.num_ctas,
+        "scratch": kernel.scratch,
+        "bucket": list(kernel.bucket),
+        "candidate": kernel.candidate,
+        "config": kernel.config,
         **shipped,
+    }
+
+
+def _tuning(tuning: Tuning | None) -> dict[str, Any] | None:
+    """An op's tuning declaration, as the tuner and `inspect` read it."""
+    if tuning is None:
+        return None
+    return {
+        "function": tuning.function,
+        "reference": tuning.reference,
+        "key": list(tuning.key),
+        "buckets": [
+            {
+                "name": bucket.name,
+                "upto": bucket.upto,
+                "samples": [[operand.as_dict() for operand in sample] for sample in bucket.samples],
+            }
+            for bucket in tuning.buckets
+        ],
+    }
+
+
+def _candidates(op: OpInfo, variant: Variant) -> dict[str, list[dict[str, Any]]]:
+    return {
+        bucket: [config.as_dict() for config in configs]
+        for bucket, configs in op.candidates[variant.id].items()
     }

@@ -15,10 +15,11 @@ from importlib import metadata
 import jinja2
 
 from ntops_aot.aot import cexpr
-from ntops_aot.aot.codegen import Arg, assumptions
+from ntops_aot.aot.codegen import MULTIPROCESSORS, Arg, assumptions
 from ntops_aot.aot.compile import CompiledKernel
 from ntops_aot.aot.errors import UnsupportedKernel
 from ntops_aot.aot.space import DTYPES
+from ntops_aot.aot.targets import TARGETS
 
 SOURCES = (
     "ntops.h",
@@ -35,18 +36,26 @@ NT_MAX_ARGS = 8
 NT_MAX_PARAMS = 64
 
 _TYPES = {"i1": "NT_I1", "i32": "NT_I32", "i64": "NT_I64", "fp32": "NT_F32", "fp64": "NT_F64"}
-_KINDS = {"pointer": "NT_POINTER", "size": "NT_SIZE", "stride": "NT_STRIDE", "scalar": "NT_SCALAR"}
+_KINDS = {
+    "pointer": "NT_POINTER",
+    "size": "NT_SIZE",
+    "stride": "NT_STRIDE",
+    "scalar": "NT_SCALAR",
+    "workspace": "NT_WORKSPACE",
+}
 _COALESCE = {"all": "NT_COALESCE_ALL", "leading": "NT_COALESCE_LEADING", "none": "NT_COALESCE_NONE"}
 
 
 @dataclasses.dataclass(frozen=True)
 class GroupDef:
-    """An op with its switches set, as the runtime addresses it (`gelu-approximate=tanh`)."""
+    """An op with its switches set, as the runtime addresses it (`gelu-approximate=tanh`);
+    `bucket_key` names the argument and (negative) dim whose size picks a bucket."""
 
     key: str
     op: str
     coalesce: str
     in_place: bool
+    bucket_key: tuple[str, int] | None = None
 
 
 def environment() -> jinja2.Environment:
@@ -91,6 +100,7 @@ def render_extension(
                 "coalesce": _COALESCE[group.coalesce],
                 "in_place": int(group.in_place),
                 "args": _args(group, members, dtype_index),
+                **_bucket_key(group, members),
                 "first_kernel": len(ordered),
                 "num_kernels": len(members) + sum(k.id in ptx_paths for k in members),
             }
@@ -100,19 +110,26 @@ def render_extension(
         ordered.extend((kernel, True) for kernel in members if kernel.id in ptx_paths)
 
     grids: dict[str, str] = {}
+    images: dict[pathlib.Path, str] = {}  # one embedded copy of each distinct image
     kernel_values = []
-    for index, (kernel, ptx) in enumerate(ordered):
+    for kernel, ptx in ordered:
         expression = _grid(kernel)
         name = grids.setdefault(expression, f"nt_grid_{len(grids)}")
         path = ptx_paths[kernel.id] if ptx else cubin_paths[kernel.id]
-        kernel_values.append(_kernel(kernel, index, name, dtype_index, path, ptx))
+        symbol = images.setdefault(path, f"nt_image_{len(images)}")
+        kernel_values.append(_kernel(kernel, name, dtype_index, symbol, ptx))
 
     values = {
         "version": metadata.version("ntops-aot"),
         "kernels": kernel_values,
+        "images": [{"symbol": symbol, "path": str(path)} for path, symbol in images.items()],
         "groups": group_values,
         "grids": [{"name": name, "expression": expr} for expr, name in grids.items()],
         "dtypes": dtypes,
+        "targets": [
+            {"capability": t.capability, "multiprocessors": t.multiprocessor_count}
+            for t in TARGETS.values()
+        ],
     }
     env = environment()
     return {name: env.get_template(f"{name}.j2").render(values) for name in SOURCES}
@@ -157,21 +174,35 @@ def _position(arg: Arg, dim: int) -> int:
     return NT_MAX_DIMS - arg.ndim + dim
 
 
+def _bucket_key(group: GroupDef, members: Sequence[CompiledKernel]) -> dict[str, int]:
+    """Which stored size of which argument picks a call's bucket (-1: none)."""
+    if group.bucket_key is None or not members:
+        return {"key_arg": -1, "key_pos": 0}
+    name, dim = group.bucket_key
+    args = members[0].args
+    index = next((i for i, arg in enumerate(args) if arg.name == name), None)
+    if index is None or not -args[index].ndim <= dim < 0:
+        raise UnsupportedKernel(
+            f"{group.key}: TUNING.key {group.bucket_key} is not a negative dim of an argument"
+        )
+    return {"key_arg": index, "key_pos": _position(args[index], args[index].ndim + dim)}
+
+
 def _grid(kernel: CompiledKernel) -> str:
     names = {
         param.name: f"NT_SIZE(call, {param.arg}, {_position(kernel.args[param.arg], param.dim)})"
         for param in kernel.params
         if param.kind == "size"
     }
+    names[MULTIPROCESSORS] = "(int64_t)call->multiprocessors"
     return cexpr.to_c(kernel.grid, names)
 
 
 def _kernel(
     kernel: CompiledKernel,
-    index: int,
     grid: str,
     dtype_index: Mapping[str, int],
-    cubin: pathlib.Path,
+    symbol: str,
     ptx: bool,
 ) -> dict[str, object]:
     needs = {"unit": 0, "size16": 0, "stride16": 0, "aligned": 0}
@@ -183,12 +214,12 @@ def _kernel(
             needs[fact.kind] |= 1 << bit
     params = []
     for param, type_ in zip(kernel.params, kernel.types, strict=True):
-        arg = kernel.args[param.arg]
+        at = _position(kernel.args[param.arg], param.dim) if param.dim >= 0 else 0
         params.append(
             {
                 "kind": _KINDS[param.kind],
-                "arg": param.arg,
-                "dim": _position(arg, param.dim) if param.dim >= 0 else 0,
+                "arg": max(param.arg, 0),  # the workspace (-1) is no argument
+                "dim": at,
                 "type": "NT_PTR" if type_.startswith("*") else _TYPES[type_],
             }
         )
@@ -200,8 +231,7 @@ def _kernel(
     return {
         "id": f"{kernel.id}+ptx" if ptx else kernel.id,
         "function": kernel.function,
-        "symbol": f"nt_cubin_{index}",
-        "path": str(cubin),
+        "symbol": symbol,
         "capability": int(kernel.variant.arch.removeprefix("sm_")),
         "exact": int(kernel.target.endswith("a")),
         "ptx": int(ptx),
@@ -209,7 +239,15 @@ def _kernel(
         "ndim": kernel.variant.ndim,
         "width": kernel.spec.width,
         "num_warps": kernel.num_warps,
+        "num_ctas": kernel.num_ctas,
         "shared": kernel.shared,
+        "scratch": kernel.scratch,
+        "scratch_align": kernel.scratch_align,
+        "workspace": kernel.workspace[0],
+        "workspace_zeroed": kernel.workspace[1],
+        "bucket_low": kernel.bucket[0],
+        "bucket_high": kernel.bucket[1],
+        "candidate": kernel.candidate,
         "needs": needs,
         "grid": grid,
         "params": params,

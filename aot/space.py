@@ -10,6 +10,7 @@ among which the runtime picks per call.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 
 
@@ -57,6 +58,8 @@ class VariantSpace:
     kinds of specialisation to build (see `Spec`). `switch_dtypes` limits a switch
     to some dtypes: for the others only its first value is built. `in_place` says
     whether an output may be the very tensor an input is (element-wise ops).
+    `workspace` names a tensor the launcher allocates (and partly zeroes) for
+    each launch, e.g. for programs that combine partial results.
     """
 
     dtypes: tuple[str, ...]
@@ -70,6 +73,9 @@ class VariantSpace:
     unspecialized: tuple[str, ...] = ()
     specs: tuple[str, ...] = SPECS
     in_place: bool | None = None  # None: element-wise ops (coalesce "all") only
+    # A premake parameter the launcher allocates per launch instead of the caller
+    # passing it (its size: the kernel file's `workspace(config)`, per program).
+    workspace: str | None = None
 
     @property
     def allows_in_place(self) -> bool:
@@ -160,10 +166,64 @@ class Spec:
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """Launch choices for one variant: `premake` keyword arguments (block sizes) and
-    Triton's `num_warps`/`num_stages`. None leaves the choice to ninetoothed's
-    defaults for the target."""
+    """Launch choices for one variant: `premake` keyword arguments (block sizes and
+    other compile-time choices) and Triton's `num_warps`/`num_stages`. None leaves
+    the choice to ninetoothed's defaults for the target.
 
-    premake: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    `persistent` > 0 caps the grid at that many programs per multiprocessor of the
+    GPU the call runs on (the kernel loops over its tiles); `split` > 1 multiplies
+    the grid by a factor the launcher picks per call, up to `split`, so that the
+    programs fill the multiprocessors (the premake gets `split`, and splits its work
+    that many ways); `num_ctas` > 1 launches programs in clusters of that many."""
+
+    premake: Mapping[str, int | str | bool] = dataclasses.field(default_factory=dict)
     num_warps: int | None = None
     num_stages: int | None = None
+    persistent: int = 0
+    num_ctas: int = 1
+    split: int = 1
+
+    def as_dict(self) -> dict[str, object]:
+        """The JSON form tuning tables and manifests hold."""
+        return {
+            "premake": dict(sorted(self.premake.items())),
+            "num_warps": self.num_warps,
+            "num_stages": self.num_stages,
+            "persistent": self.persistent,
+            "num_ctas": self.num_ctas,
+            "split": self.split,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> Config:
+        fields = {"premake", "num_warps", "num_stages", "persistent", "num_ctas", "split"}
+        unknown = set(data) - fields
+        if unknown:
+            raise ValueError(f"unknown configuration fields {sorted(unknown)}")
+        premake = data.get("premake", {})
+        if not isinstance(premake, Mapping):
+            raise ValueError(f"premake must be a mapping, not {premake!r}")
+        return cls(
+            premake=dict(premake),
+            num_warps=data.get("num_warps"),  # type: ignore[arg-type]
+            num_stages=data.get("num_stages"),  # type: ignore[arg-type]
+            persistent=int(data.get("persistent", 0)),  # type: ignore[call-overload]
+            num_ctas=int(data.get("num_ctas", 1)),  # type: ignore[call-overload]
+            split=int(data.get("split", 1)),  # type: ignore[call-overload]
+        )
+
+    @property
+    def key(self) -> str:
+        """Equal for equal configurations (a Config holds a dict: it is not hashable)."""
+        return json.dumps(self.as_dict(), sort_keys=True)
+
+    def __str__(self) -> str:
+        parts = [f"{name}={value}" for name, value in sorted(self.premake.items())]
+        parts += [f"warps={self.num_warps}", f"stages={self.num_stages}"]
+        if self.persistent:
+            parts.append(f"persistent={self.persistent}")
+        if self.num_ctas != 1:
+            parts.append(f"ctas={self.num_ctas}")
+        if self.split != 1:
+            parts.append(f"split={self.split}")
+        return " ".join(parts)

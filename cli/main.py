@@ -4,6 +4,7 @@ exits with its own code (aot/errors.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import pathlib
@@ -59,6 +60,8 @@ _SELECTION = [
     _option("shard", "Only the K-th of N deterministic shards of the variants (K/N)."),
     _option("build-dir", "Generated sources and cubins. [default: generated]"),
     _option("cache-dir", "The build cache. [default: BUILD_DIR/cache]"),
+    _option("tuning-dir", "Tuning tables, ARCH.json each. [default: kernels/tuning]"),
+    _flag("tuning", "Build each bucket's winner from the tuning tables. [default: on]"),
 ]
 _FOLDERS = [_option("out", "Where wheels (or the shard file) go. [default: dist]")]
 _BUILD = [
@@ -135,6 +138,30 @@ def _warn_ptx(result: pipeline.BuildResult) -> None:
     )
 
 
+@main.command()
+@_options(_SELECTION, _FOLDERS, _BUILD)
+@_reports_errors
+def tune(**values: Any) -> None:
+    """Build a tuning wheel: every candidate configuration of the selected ops that
+    declare a TUNING. Install it on a GPU machine next to torch and run
+    `python -m ntops_prebuilt.tune --out ARCH.json`; commit the table as
+    kernels/tuning/ARCH.json and `ntops-aot build` compiles its winners."""
+    options = dataclasses.replace(_resolve(values), candidates=True)
+    progress = Progress()
+    try:
+        result = pipeline.build(options, progress)
+    finally:
+        progress.finish()
+    _summary(result)
+    arches = ",".join(dict.fromkeys(v.arch for v in result.variants))
+    click.echo(
+        f"next, on a GPU machine of {arches} with torch: pip install {result.wheel.name} && "
+        f"python -m ntops_prebuilt.tune --out {arches.split(',')[0]}.json; then copy the "
+        "table into kernels/tuning/ and rebuild"
+    )
+    sys.exit(result.exit_code)
+
+
 @main.command("list")
 @_options(_SELECTION)
 @_reports_errors
@@ -147,7 +174,7 @@ def list_(**values: Any) -> None:
 @main.command()
 @click.argument("shards", nargs=-1, required=True, type=click.Path(path_type=pathlib.Path))
 @_options(_FOLDERS, [_option("build-dir", "Generated sources."), _option("cache-dir", "Cache.")])
-@_options([_BUILD[3], _BUILD[4]])
+@_options([_BUILD[3], _BUILD[4], _SELECTION[-2], _SELECTION[-1]])
 @_reports_errors
 def merge(shards: tuple[pathlib.Path, ...], **values: Any) -> None:
     """Join the shard files of `build --shard K/N` into the wheel one build writes."""

@@ -53,9 +53,41 @@ def describe_wheel(
         cubins = [k for v in mine for k in v["kernels"]]
         size = sum(k["cubin_bytes"] for k in cubins) / 1e6
         lines.append(f"    {op:<30} {len(mine)}, {len(cubins)}, {size:.2f}")
+    lines.extend(_buckets(manifest["ops"], variants))
     failed = manifest.get("failed", [])
     lines.append(
         f"  failed       {len(failed)}" + (" (built with --keep-going):" if failed else "")
     )
     lines.extend(f"    {failure['id']} ({failure['kind']})" for failure in failed)
     return "\n".join(lines)
+
+
+def _buckets(ops: Mapping[str, Any], variants: list[Mapping[str, Any]]) -> list[str]:
+    """Each tuned variant's buckets: the configuration built and where it came from."""
+    tuned = [v for v in variants if ops[v["op"]].get("tuning")]
+    if not tuned:
+        return []
+    lines = ["  buckets      variant: bucket (key sizes) configuration [from]"]
+    for variant in tuned:
+        lines.append(f"    {variant['id']}")
+        low, spans = 0, {}
+        for bucket in ops[variant["op"]]["tuning"]["buckets"]:
+            upto = bucket["upto"]
+            spans[bucket["name"]] = f"{low}..{'' if upto is None else upto}"
+            low = (upto or 0) + 1
+        for bucket in spans:
+            choice = variant["buckets"][bucket]
+            config = _config(choice["config"])
+            lines.append(f"      {bucket:<10} {spans[bucket]:<10} {config} [{choice['from']}]")
+    return lines
+
+
+def _config(config: Mapping[str, Any]) -> str:
+    """As `Config.__str__` writes it (the manifest's kernels carry that form)."""
+    parts = [f"{name}={value}" for name, value in sorted(config["premake"].items())]
+    parts += [f"warps={config['num_warps']}", f"stages={config['num_stages']}"]
+    if config.get("persistent"):
+        parts.append(f"persistent={config['persistent']}")
+    if config.get("num_ctas", 1) != 1:
+        parts.append(f"ctas={config['num_ctas']}")
+    return " ".join(parts)

@@ -59,11 +59,44 @@ def test_defaults_follow_the_target_not_the_host(registry):
 
 
 def test_grids_are_expressions_over_sizes(registry):
-    kernel = generate(registry, Variant("mm", "sm_90", "fp16", 2, (("fp32_precision", "tf32"),)))[0]
+    kernel = generate(registry, Variant("softmax", "sm_90", "fp16", 2))[0]
     names = {node.id for node in ast.walk(ast.parse(kernel.grid)) if isinstance(node, ast.Name)}
     sizes = {p.name for p in kernel.params if p.kind == "size"}
     assert names
     assert names <= sizes
+
+
+def test_persistent_grids_are_capped_at_the_multiprocessors(registry):
+    variant = Variant("mm", "sm_90", "bf16", 2, (("fp32_precision", "tf32"),))
+    op = registry["mm"]
+    tiles = generate(registry, variant, op.config(variant, "batched"))[0]
+    persistent = generate(registry, variant, op.config(variant, "prefill"))[0]
+    assert op.config(variant, "prefill").persistent == 1
+    assert "min" not in tiles.grid
+    assert persistent.grid.startswith("min(")
+    assert persistent.grid.endswith(f", {codegen.MULTIPROCESSORS} * 1)")
+    names = {n.id for n in ast.walk(ast.parse(persistent.grid)) if isinstance(n, ast.Name)}
+    assert names - {p.name for p in persistent.params if p.kind == "size"} == {
+        "min",
+        codegen.MULTIPROCESSORS,
+    }
+
+
+def test_constexpr_tensors_are_compiled_in_not_passed(registry):
+    """A premake's constexpr tensors (a configuration's choices) become constants of
+    the kernel: no argument of the call, no parameter of the launch."""
+    variant = Variant("mm", "sm_90", "bf16", 2, (("fp32_precision", "tf32"),))
+    aligned = generate(registry, variant)[0]
+    assert [arg.name for arg in aligned.args] == ["input", "other", "output"]
+    constants = [p for p in aligned.params if p.kind == "constant"]
+    assert {128, 256, 64, "tf32"} <= {p.value for p in constants}  # the tile, the precision
+    assert all(aligned.signature[aligned.params.index(p)] == "constexpr" for p in constants)
+    # TMA only where the spec guarantees 16-byte alignment: the premake saw the spec.
+    assert "make_tensor_descriptor" in aligned.source
+    tma = {p.name: p.value for p in constants}
+    generic = generate(registry, variant)[-2]
+    assert generic.spec.name == "i32"
+    assert {p.name: p.value for p in generic.params if p.kind == "constant"} != tma
 
 
 def test_generation_is_deterministic(registry):

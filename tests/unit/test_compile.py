@@ -1,5 +1,6 @@
 """Stage 3: cubins for the target arch, compiled on a machine with no GPU."""
 
+import dataclasses
 import pathlib
 import re
 import subprocess
@@ -90,12 +91,43 @@ def handwritten(build_dir, name, arch, source, divisible):
     )
 
 
-def test_kernels_needing_global_scratch_fail_the_build_clearly(build_dir):
-    kernel = handwritten(build_dir, "descriptor", "sm_90", DESCRIPTOR_KERNEL, (0, 1))
-    with pytest.raises(CompileError, match="bytes of global scratch memory") as caught:
-        compile_kernel(kernel)
-    assert caught.value.kernel_id == "descriptor-sm_90-fp32-nd1/i32"
-    assert "ntops-aot build --arch sm_90 --ops descriptor" in str(caught.value)
+def test_kernels_needing_global_scratch_record_it(build_dir):
+    """Device-side TMA descriptors live in global scratch, which the launcher allocates
+    per launch (Triton's own AOT refuses such kernels): its size comes from the compile."""
+    source = handwritten(build_dir, "descriptor", "sm_90", DESCRIPTOR_KERNEL, (0, 1))
+    kernel = compile_kernel(source)
+    assert kernel.scratch == 128  # one descriptor per program
+    assert kernel.scratch_align >= 64
+    assert kernel.scratch_params == 2  # global, then profile scratch pointers
+
+
+def test_launch_parameters_are_what_the_compile_made(registry):
+    """A warp-specialised kernel comes back with more warps than its configuration
+    asked for; the launcher must launch what was compiled."""
+    op = registry["mm"]
+    variant = Variant("mm", "sm_90", "bf16", 2, (("fp32_precision", "tf32"),))
+    toolchain.use_target(TARGETS["sm_90"])
+    specialised = next(c for c in op.candidates(variant, "prefill") if c.premake["warp_specialize"])
+    (generated,) = codegen.generate(
+        op, variant, specialised, keep=lambda spec: spec.name == "i32-u101-a16"
+    )
+    kernel = compile_kernel(generated)
+    assert specialised.num_warps == 4
+    assert kernel.num_warps == 12
+    assert kernel.shared > 200 * 1024
+
+
+def test_tiles_past_the_shared_memory_of_the_arch_fail_the_build(registry):
+    op = registry["mm"]
+    variant = Variant("mm", "sm_86", "fp16", 2, (("fp32_precision", "tf32"),))
+    toolchain.use_target(TARGETS["sm_86"])
+    huge = dataclasses.replace(op.config(variant, "prefill"), num_stages=6)
+    huge = dataclasses.replace(
+        huge, premake={**huge.premake, "block_size_m": 256, "block_size_n": 256}
+    )
+    (generated,) = codegen.generate(op, variant, huge, keep=lambda s: s.name == "i32-u111-a16")
+    with pytest.raises(CompileError, match="a block on sm_86 gets at most 101376"):
+        compile_kernel(generated)
 
 
 def test_triton_errors_name_the_kernel(build_dir):

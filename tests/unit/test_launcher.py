@@ -210,19 +210,57 @@ def test_matmul_layouts(plan):
     )
     key = "mm-fp32_precision=tf32"
     chosen = plan(key, 90, a, b, out)
-    assert chosen["kernel"] == "mm-sm_90-fp16-nd2-fp32_precision=tf32/i32-u111-a16"
-    assert chosen["grid"] == (256 // 128) * (512 // 256)  # 128x256 tiles on Hopper
-    assert plan(key, 80, a, b, out)["grid"] == (256 // 128) * (512 // 128)
+    assert chosen["kernel"] == "mm-sm_90-fp16-nd2-fp32_precision=tf32/i32-u111-a16@medium"
+    assert chosen["grid"] == (256 // 128) * (512 // 128)  # medium rows: 128x128 tiles
+    assert chosen["scratch"] > 0  # TMA descriptors, made per program on Hopper
+    assert plan(key, 80, a, b, out)["scratch"] == 0  # no TMA before Hopper
     column_major = b.t().contiguous().t()
-    assert plan(key, 90, a, column_major, out)["kernel"].endswith("/i32-u101-a16")
+    assert plan(key, 90, a, column_major, out)["kernel"].endswith("/i32-u101-a16@medium")
     odd = torch.randn(37, 23, dtype=H), torch.randn(23, 29, dtype=H), torch.empty(37, 29, dtype=H)
-    assert plan(key, 90, *odd)["kernel"].endswith("/i32-u111")
+    assert plan(key, 90, *odd)["kernel"].endswith("/i32-u111")  # the fallbacks serve all rows
     strided = torch.randn(74, 46, dtype=H)[::2, ::2]
     assert plan(key, 90, strided, odd[1], odd[2])["kernel"].endswith("/i32")
     # An empty inner dim still launches: the product is all zeros.
     no_inner = plan(key, 90, torch.empty(5, 0, dtype=H), torch.empty(0, 7, dtype=H), out[:5, :7])
     assert no_inner["grid"] == 1
     assert not no_inner["empty"]
+
+
+@pytest.mark.parametrize(
+    ("rows", "bucket"),
+    [
+        *((1, "decode"), (16, "decode"), (17, "small"), (32, "small"), (64, "batched")),
+        *((65, "medium"), (256, "medium"), (257, "prefill"), (2048, "prefill")),
+    ],
+)
+def test_matmul_rows_pick_the_bucket_in_c(plan, rows, bucket):
+    """The launcher picks the kernel built for the call's bucket of rows (the op's
+    TUNING.key) with no Python in the way; the unaligned fallbacks serve every row."""
+    x, w = torch.randn(rows, 4096, dtype=H), torch.randn(1024, 4096, dtype=H)
+    out = torch.empty(rows, 1024, dtype=H)
+    chosen = plan("mm-fp32_precision=tf32", 90, x, w.t(), out)
+    spec, label = chosen["kernel"].rsplit("/", 1)[1].split("@")
+    assert spec == "i32-u101-a16"
+    # Consecutive buckets that chose one configuration share kernels: "@small+batched".
+    assert bucket in label.split("+")
+    assert chosen["bucket_key"] == rows
+    if bucket == "prefill":  # persistent: one program per multiprocessor at most
+        tiles = -(-rows // 128) * (1024 // 256)
+        assert chosen["grid"] == min(tiles, 132)
+    odd = torch.randn(rows, 4095, dtype=H)[:, :4094]
+    fallback = plan("mm-fp32_precision=tf32", 90, odd, w[:, :4094].t(), out)
+    assert "@" not in fallback["kernel"]
+
+
+def test_split_grids_fill_the_multiprocessors():
+    """Split-K configurations launch the tiles times the factor that brings the
+    programs nearest the multiprocessors from below, between 1 and the split."""
+    from ntops_aot.aot import codegen
+    from ntops_aot.aot.space import Config
+
+    grid = codegen._launched("tiles", Config({}, 4, 4, split=4))
+    for tiles, programs in ((20, 80), (40, 120), (64, 128), (96, 96), (200, 200)):
+        assert eval(grid, {"tiles": tiles, "multiprocessors": 132}) == programs
 
 
 def test_an_op_the_wheel_lacks_names_the_command_that_adds_it(installed):

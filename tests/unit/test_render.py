@@ -43,7 +43,8 @@ def test_grids_become_integer_c():
         "(nt_floordiv((N - INT64_C(1)), INT64_C(1024)) + INT64_C(1))"
     )
     assert cexpr.to_c("-m * 2 % n", names) == "nt_floormod(((-M) * INT64_C(2)), N)"
-    for unsupported in ("n / 2", "n ** 2", "max(n, m)", "k + 1", "n + 0.5"):
+    assert cexpr.to_c("min(n, m * 2)", names) == "nt_min(N, (M * INT64_C(2)))"
+    for unsupported in ("n / 2", "n ** 2", "abs(n)", "max(n)", "k + 1", "n + 0.5"):
         with pytest.raises(UnsupportedKernel):
             cexpr.to_c(unsupported, names)
 

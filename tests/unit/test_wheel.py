@@ -26,6 +26,7 @@ RUNTIME = {
     "_normalization.py",
     "_preload.py",
     "_settings.py",
+    "tune.py",
 }
 
 

@@ -1,0 +1,281 @@
+"""Tuning: the shape buckets an op's launcher tells apart, the configurations worth
+trying in each, and the tables that say which one won on a real GPU.
+
+A kernel file opts in with a `TUNING = Tuning(...)` next to its `SPACE`, and then
+defines `config(variant, bucket)` (the declared default of each bucket) and
+`candidates(variant, bucket)` (what a tuning run times, the default among them).
+`ntops-aot tune` builds a wheel holding every candidate; `python -m
+ntops_prebuilt.tune` times them on a GPU and writes a table; tables committed under
+`kernels/tuning/<arch>.json` are what `ntops-aot build` compiles (`resolve`): each
+bucket's winner, or its declared default where the arch has no table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ntops_aot.aot.errors import BuildError
+from ntops_aot.aot.space import Config, Variant
+
+TABLE_FORMAT = 1
+UNBOUNDED = 2**63 - 1  # the largest key size, as the launcher stores it (INT64_MAX)
+TABLES_PACKAGE = "ntops_aot.kernels"
+TABLES_FOLDER = "tuning"
+
+
+class TuningError(BuildError):
+    """A tuning table that cannot be used as it is, or a tuning run that cannot run."""
+
+    exit_code = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Operand:
+    """One tensor of a sample call: random normal values of `shape`; `transposed`
+    makes it contiguous with its last two dims swapped and passes its `.mT`, the
+    layout of an nn.Linear weight used as `x @ W.t()`."""
+
+    shape: tuple[int, ...]
+    transposed: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"shape": list(self.shape), "transposed": self.transposed}
+
+
+@dataclasses.dataclass(frozen=True)
+class Bucket:
+    """Calls whose key size is at most `upto` (None: every larger one), with the
+    calls a tuning run times for it (shapes of real models)."""
+
+    name: str
+    upto: int | None = None
+    samples: tuple[tuple[Operand, ...], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Tuning:
+    """What an op's speed depends on, as its launcher and tuner see it.
+
+    `key` names the argument and dim whose size picks a call's bucket (for a matrix
+    product, the rows of its left operand). `function` is the ntops_prebuilt function a
+    tuning run calls on each sample and `reference` the torch function (a name under
+    `torch`) its result is checked against. `specs` names the specialisations a tuning
+    wheel builds (those the samples run); the buckets' winners are built for every
+    specialisation that assumes 16-byte alignment, the fallbacks keep the last
+    bucket's configuration."""
+
+    function: str
+    reference: str
+    key: tuple[str, int]
+    buckets: tuple[Bucket, ...]
+    specs: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        names = [bucket.name for bucket in self.buckets]
+        if not names or len(set(names)) != len(names):
+            raise ValueError(f"buckets need distinct names, got {names}")
+        bounds = [bucket.upto for bucket in self.buckets]
+        if bounds[-1] is not None or None in bounds[:-1]:
+            raise ValueError("every bucket but the last needs `upto`; the last takes the rest")
+        if bounds[:-1] != sorted(set(bounds[:-1])):  # type: ignore[type-var]
+            raise ValueError(f"bucket bounds must increase, got {bounds}")
+
+    def ranges(self) -> dict[str, tuple[int, int]]:
+        """Each bucket's key sizes, inclusive."""
+        ranges, low = {}, 0
+        for bucket in self.buckets:
+            high = UNBOUNDED if bucket.upto is None else bucket.upto
+            ranges[bucket.name] = (low, high)
+            low = high + 1
+        return ranges
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(bucket.name for bucket in self.buckets)
+
+
+ALL = "all"  # the one bucket of ops without a TUNING
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """The configuration a variant's bucket is built with, and where it came from:
+    "default" (the kernel file's declaration) or a table's path."""
+
+    config: Config
+    source: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+    """One arch's tuning table: per variant id and bucket, the winning configuration."""
+
+    path: pathlib.Path
+    arch: str
+    provenance: Mapping[str, Any]
+    entries: Mapping[str, Mapping[str, Mapping[str, Any]]]
+
+    def label(self, variant: str, bucket: str) -> str:
+        return f"{self.path} entry {variant} / {bucket}"
+
+
+def tables_dir() -> pathlib.Path:
+    """The tables that ship with the kernel files."""
+    import importlib.resources
+
+    return pathlib.Path(str(importlib.resources.files(TABLES_PACKAGE) / TABLES_FOLDER))
+
+
+def load_table(path: pathlib.Path) -> Table:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise TuningError(f"{path}: not a readable tuning table ({error})") from error
+    if not isinstance(data, dict) or data.get("format") != TABLE_FORMAT:
+        raise TuningError(f"{path}: not a tuning table of format {TABLE_FORMAT}")
+    for field in ("arch", "provenance", "entries"):
+        if field not in data:
+            raise TuningError(f"{path}: the table has no {field!r}")
+    return Table(path, data["arch"], data["provenance"], data["entries"])
+
+
+def load_tables(directory: pathlib.Path | None, arches: Sequence[str]) -> dict[str, Table]:
+    """The tables of `arches` found in `directory` (None: no tables), by arch."""
+    if directory is None:
+        return {}
+    tables = {}
+    for arch in arches:
+        path = directory / f"{arch}.json"
+        if path.is_file():
+            table = load_table(path)
+            if table.arch != arch:
+                raise TuningError(f"{path}: the table is for {table.arch}, its name says {arch}")
+            tables[arch] = table
+    return tables
+
+
+def check_toolchain(table: Table, toolchain: Mapping[str, str]) -> None:
+    """A table measured kernels of one ninetoothed and Triton: others compile other code."""
+    measured = table.provenance.get("toolchain", {})
+    for name in ("ninetoothed", "triton"):
+        if measured.get(name) != toolchain.get(name):
+            first = next(iter(table.entries), "(none)")
+            raise TuningError(
+                f"{table.path}: the table (first entry {first}) was measured with {name} "
+                f"{measured.get(name)}, this toolchain has {toolchain.get(name)}; tune again "
+                f"(ntops-aot tune --arch {table.arch} ...) or build with --no-tuning"
+            )
+
+
+def resolve(
+    variant: Variant,
+    tuning: Tuning | None,
+    defaults: Mapping[str, Config],
+    candidates: Mapping[str, Sequence[Config]],
+    table: Table | None,
+) -> dict[str, Choice]:
+    """Each bucket's configuration for `variant`: the table's winner, else the default."""
+    if tuning is None:
+        return {ALL: Choice(defaults[ALL], "default")}
+    entries = dict(table.entries.get(variant.id, {})) if table else {}
+    unknown = sorted(set(entries) - set(tuning.names))
+    if unknown:
+        raise TuningError(
+            f"{table.label(variant.id, unknown[0])}: {variant.op} has no bucket "  # type: ignore[union-attr]
+            f"{unknown[0]!r}; its buckets: {', '.join(tuning.names)}"
+        )
+    chosen = {}
+    for bucket in tuning.names:
+        if bucket not in entries:
+            chosen[bucket] = Choice(defaults[bucket], "default")
+            continue
+        label = table.label(variant.id, bucket)  # type: ignore[union-attr]
+        try:
+            config = Config.from_dict(entries[bucket]["config"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise TuningError(f"{label}: not a configuration ({error})") from error
+        declared = [c.key for c in candidates[bucket]]
+        if config.key not in declared:
+            raise TuningError(
+                f"{label}: configuration {config} is not among the candidates "
+                f"kernels/{variant.op}.py declares for that bucket; they are: "
+                + "; ".join(str(c) for c in candidates[bucket])
+            )
+        chosen[bucket] = Choice(config, str(table.path))  # type: ignore[union-attr]
+    return chosen
+
+
+def check_variants(table: Table, known: Sequence[str]) -> None:
+    """Entries must name variants the kernel files can build."""
+    missing = sorted(set(table.entries) - set(known))
+    if missing:
+        raise TuningError(
+            f"{table.path}: entry {missing[0]} names no variant the kernel files build "
+            f"for {table.arch} (list them: ntops-aot list --arch {table.arch})"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Build:
+    """One configuration of a variant to compile: the specialisations it is built for
+    (`aligned`: those assuming 16-byte alignment, or the others, or None for all;
+    `specs`: only these names, if any), the bucket key sizes its kernels serve, and
+    the label their ids carry (`@decode`, `@prefill#2` for a tuning candidate)."""
+
+    config: Config
+    bucket: tuple[int, int] = (0, UNBOUNDED)
+    label: str = ""
+    aligned: bool | None = None
+    specs: tuple[str, ...] = ()
+    candidate: int = 0
+
+
+def builds(tuning: Tuning | None, choices: Mapping[str, Choice]) -> tuple[Build, ...]:
+    """What a wheel compiles of one variant: for the aligned specialisations, each run
+    of consecutive buckets that chose one configuration; for the rest (unaligned and
+    64-bit fallbacks, serving every bucket) the last bucket's configuration."""
+    if tuning is None:
+        return (Build(choices[ALL].config),)
+    ranges = tuning.ranges()
+    runs: list[tuple[Config, list[str]]] = []
+    for bucket in tuning.names:
+        config = choices[bucket].config
+        if runs and runs[-1][0].key == config.key:
+            runs[-1][1].append(bucket)
+        else:
+            runs.append((config, [bucket]))
+    found = [
+        Build(
+            config,
+            (ranges[names[0]][0], ranges[names[-1]][1]),
+            "@" + "+".join(names),
+            aligned=True,
+        )
+        for config, names in runs
+    ]
+    found.append(Build(choices[tuning.names[-1]].config, aligned=False))
+    return tuple(found)
+
+
+def candidate_builds(
+    tuning: Tuning, candidates: Mapping[str, Sequence[Config]]
+) -> tuple[Build, ...]:
+    """What a tuning wheel compiles of one variant: every candidate of every bucket,
+    for the specialisations the samples run, numbered within its bucket."""
+    ranges = tuning.ranges()
+    return tuple(
+        Build(
+            config,
+            ranges[bucket],
+            f"@{bucket}#{index}",
+            aligned=True,
+            specs=tuning.specs,
+            candidate=index,
+        )
+        for bucket in tuning.names
+        for index, config in enumerate(candidates[bucket])
+    )

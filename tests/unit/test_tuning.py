@@ -1,0 +1,172 @@
+"""Tuning tables: what a build compiles from them, and the errors bad ones get."""
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ntops_aot.aot import build as pipeline
+from ntops_aot.aot import tuning
+from ntops_aot.aot.cache import toolchain_versions
+from ntops_aot.aot.space import Config, Variant
+from ntops_aot.aot.tuning import TuningError
+
+CLI = (sys.executable, "-m", "ntops_aot.cli.main")
+MM = Variant("mm", "sm_90", "bf16", 2, (("fp32_precision", "tf32"),))
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory):
+    """A plan of mm for sm_90 with no table, from a cache of its own."""
+    root = tmp_path_factory.mktemp("tuning")
+    options = pipeline.BuildOptions(
+        arches=("sm_90",), ops=("mm",), build_dir=root, tuning_dir=root / "none"
+    )
+    return pipeline.plan(options)
+
+
+def table(path, entries, toolchain):
+    data = {
+        "format": 1,
+        "arch": "sm_90",
+        "provenance": {"gpu": "test", "toolchain": dict(toolchain)},
+        "entries": entries,
+    }
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "sm_90.json").write_text(json.dumps(data))
+    return path
+
+
+def entry(config):
+    return {"config": config.as_dict(), "us": [1.0]}
+
+
+def plan_with(planned, directory):
+    return pipeline.plan(dataclasses.replace(planned.options, tuning_dir=directory))
+
+
+def test_without_a_table_each_bucket_has_its_declared_default(planned):
+    op = planned.ops["mm"]
+    assert op.tuning.names == ("decode", "small", "batched", "medium", "prefill")
+    choices = planned.choices[MM.id]
+    assert {bucket: choice.source for bucket, choice in choices.items()} == dict.fromkeys(
+        op.tuning.names, "default"
+    )
+    assert choices["prefill"].config.persistent == 1
+    assert choices["decode"].config.premake["block_size_m"] == 16
+
+
+def test_a_table_entry_replaces_one_bucket_and_rekeys_only_its_variant(planned, tmp_path):
+    op = planned.ops["mm"]
+    winner = op.candidates[MM.id]["decode"][2]
+    directory = table(tmp_path, {MM.id: {"decode": entry(winner)}}, toolchain_versions())
+    tuned = plan_with(planned, directory)
+    choices = tuned.choices[MM.id]
+    assert choices["decode"].config.key == winner.key
+    assert choices["decode"].source == str(directory / "sm_90.json")
+    assert choices["prefill"].source == "default"
+    changed = {v for v in tuned.keys if tuned.keys[v] != planned.keys[v]}
+    assert changed == {MM.id}  # fp16 and fp32 keep their keys: nothing else recompiles
+
+
+def test_a_table_from_another_toolchain_is_refused(planned, tmp_path):
+    toolchain = {**toolchain_versions(), "triton": "0.0.1"}
+    winner = planned.ops["mm"].candidates[MM.id]["decode"][1]
+    directory = table(tmp_path, {MM.id: {"decode": entry(winner)}}, toolchain)
+    with pytest.raises(TuningError, match=r"measured with triton 0\.0\.1") as caught:
+        plan_with(planned, directory)
+    assert MM.id in str(caught.value)
+    assert "--no-tuning" in str(caught.value)
+
+
+def test_a_configuration_the_kernel_file_does_not_declare_is_refused(planned, tmp_path):
+    stranger = Config({"block_size_m": 32, "block_size_n": 32, "block_size_k": 32}, 4, 2)
+    directory = table(tmp_path, {MM.id: {"decode": entry(stranger)}}, toolchain_versions())
+    with pytest.raises(TuningError) as caught:
+        plan_with(planned, directory)
+    message = str(caught.value)
+    assert f"entry {MM.id} / decode" in message
+    assert "is not among the candidates kernels/mm.py declares" in message
+
+
+@pytest.mark.parametrize(
+    ("entries", "says"),
+    [
+        ({"mm-sm_90-bf16-nd7-fp32_precision=tf32": {}}, "names no variant"),
+        ({MM.id: {"tiny": {}}}, "has no bucket 'tiny'"),
+        ({MM.id: {"decode": {"config": {"warps": 4}}}}, "not a configuration"),
+    ],
+)
+def test_entries_that_name_nothing_are_refused(planned, tmp_path, entries, says):
+    directory = table(tmp_path, entries, toolchain_versions())
+    with pytest.raises(TuningError, match=says):
+        plan_with(planned, directory)
+
+
+def test_no_tuning_builds_the_defaults(planned, tmp_path):
+    winner = planned.ops["mm"].candidates[MM.id]["decode"][1]
+    directory = table(tmp_path, {MM.id: {"decode": entry(winner)}}, toolchain_versions())
+    options = dataclasses.replace(planned.options, tuning_dir=directory, tuning=False)
+    assert pipeline.plan(options).keys == planned.keys
+
+
+def test_buckets_that_chose_alike_share_kernels():
+    ask = tuning.Tuning(
+        "mm",
+        "mm",
+        ("input", -2),
+        (tuning.Bucket("a", 8), tuning.Bucket("b", 64), tuning.Bucket("c")),
+    )
+    small, large = Config({"block_size_m": 16}, 4, 4), Config({"block_size_m": 128}, 8, 3)
+    choices = {
+        "a": tuning.Choice(small, "default"),
+        "b": tuning.Choice(small, "t.json"),
+        "c": tuning.Choice(large, "default"),
+    }
+    found = tuning.builds(ask, choices)
+    assert [(b.label, b.bucket, b.aligned) for b in found] == [
+        ("@a+b", (0, 64), True),
+        ("@c", (65, tuning.UNBOUNDED), True),
+        ("", (0, tuning.UNBOUNDED), False),  # the fallbacks: the last bucket's configuration
+    ]
+    assert found[-1].config.key == large.key
+
+
+def test_the_cli_reports_a_bad_table_with_exit_code_3(planned, tmp_path):
+    directory = table(tmp_path, {MM.id: {"nowhere": {}}}, toolchain_versions())
+    run = subprocess.run(
+        [*CLI, "list", "--ops", "mm", "--build-dir", tmp_path / "gen", "--tuning-dir", directory],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 3, run.stderr
+    assert "has no bucket 'nowhere'" in run.stderr
+
+
+def test_tune_refuses_ops_that_declare_no_tuning(tmp_path):
+    run = subprocess.run(
+        [*CLI, "tune", "--ops", "add", "--build-dir", tmp_path / "gen", "--out", tmp_path / "dist"],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 2, run.stderr
+    assert "add: no TUNING declared; ops that tune: addmm, bmm, mm" in run.stderr
+
+
+def test_the_committed_tables_fit_the_kernel_files(tmp_path):
+    """Every table under kernels/tuning matches this toolchain and names only variants,
+    buckets and configurations the kernel files declare."""
+    from ntops_aot.aot.targets import TARGETS
+
+    arches = tuple(a for a in TARGETS if (tuning.tables_dir() / f"{a}.json").is_file())
+    assert arches, "no committed tuning table"
+    options = pipeline.BuildOptions(arches=arches, ops=("all",), build_dir=tmp_path)
+    planned = pipeline.plan(options)
+    tuned = {
+        v
+        for v, choices in planned.choices.items()
+        if any(c.source != "default" for c in choices.values())
+    }
+    assert {v.split("-")[0] for v in tuned} == {"mm", "addmm", "bmm"}
