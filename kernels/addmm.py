@@ -2,59 +2,55 @@
 
 The runtime expands `input` to the output's shape (stride 0, no copy). With beta 0,
 `input` is not added at all, so NaNs in it do not reach the result, as in torch.
+The tile loop, its configurations and their buckets are matmul.py's.
 """
 
 import functools
 
-import ninetoothed
-import ninetoothed.language as ntl
-from ninetoothed import Tensor
-
+from ntops_aot.aot.tuning import Operand, Tuning
 from ntops_aot.kernels import matmul
+
+
+def _linear(m, k, n):
+    """nn.Linear with a bias: addmm(bias, x, w.t())."""
+    return (Operand((n,)), *matmul.linear(m, k, n))
+
+
+def _square(m, k, n):
+    return (Operand((n,)), *matmul.row_major(m, k, n))
+
 
 # The added tensor comes broadcast in many layouts: no kernel assumes one.
 SPACE = matmul.space(2, unspecialized=("input",))
-config = matmul.config
+TUNING = Tuning(
+    function="addmm",
+    reference="addmm",
+    key=("mat1", -2),
+    buckets=matmul.buckets(_linear, _square),
+    specs=("i32-ux101-a16", "i32-ux111-a16"),
+)
+workspace = matmul.workspace
 
 
-def arrangement(input, mat1, mat2, beta, alpha, output, block_size_m, block_size_n, block_size_k):
-    left, right, output = matmul.arrange(
-        mat1, mat2, output, block_size_m, block_size_n, block_size_k
-    )
-    bias = matmul.arrange_like_output(input, output, block_size_m, block_size_n)
-    return bias, left, right, beta, alpha, output
+def config(variant, bucket):
+    (found,) = matmul.unflattened([matmul.config(variant, bucket)])
+    return found
 
 
-def application_tf32(input, mat1, mat2, beta, alpha, output):
-    accumulator = ntl.zeros(output.shape, dtype=ntl.float32)
-    for k in range(mat1.shape[0]):
-        accumulator += ntl.dot(mat1[k], mat2[k], input_precision="tf32")
-    bias = ntl.where(beta == 0, 0.0, beta * ntl.cast(input, ntl.float32))
-    output = alpha * accumulator + bias
+def candidates(variant, bucket):
+    return matmul.unflattened(matmul.candidates(variant, bucket))
 
 
-def application_ieee(input, mat1, mat2, beta, alpha, output):
-    accumulator = ntl.zeros(output.shape, dtype=ntl.float32)
-    for k in range(mat1.shape[0]):
-        accumulator += ntl.dot(mat1[k], mat2[k], input_precision="ieee")
-    bias = ntl.where(beta == 0, 0.0, beta * ntl.cast(input, ntl.float32))
-    output = alpha * accumulator + bias
+application = matmul.application_addmm
 
 
-def premake(
-    ndim, dtype, fp32_precision="tf32", block_size_m=128, block_size_n=128, block_size_k=32
-):
-    application = {"tf32": application_tf32, "ieee": application_ieee}[fp32_precision]
-    arrange = functools.partial(
-        arrangement, block_size_m=block_size_m, block_size_n=block_size_n, block_size_k=block_size_k
-    )
-    scalar = ninetoothed.float32
-    tensors = (
-        Tensor(2, dtype=dtype),
-        Tensor(2, dtype=dtype, other=0),
-        Tensor(2, dtype=dtype, other=0),
-        Tensor(0, dtype=scalar),
-        Tensor(0, dtype=scalar),
-        Tensor(2, dtype=dtype),
-    )
-    return arrange, application, tensors
+def arrangement(input, mat1, mat2, beta, alpha, output, workspace, *constants, **blocks):
+    """One program per output tile; the added tensor read tile for tile with it."""
+    left, right, output = matmul.arrange(mat1, mat2, output, **blocks)
+    bias = matmul.arrange_like_output(input, output, blocks["block_size_m"], blocks["block_size_n"])
+    return (bias, left, right, beta, alpha, output, matmul.whole(workspace), *constants)
+
+
+def premake(ndim, dtype, fp32_precision="tf32", spec=None, **config):
+    tensors, blocks = matmul.tensors("addmm", ndim, dtype, spec, fp32_precision, **config)
+    return functools.partial(arrangement, **blocks), application, tensors

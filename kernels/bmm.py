@@ -1,45 +1,48 @@
 """bmm: output[b] = input[b] @ mat2[b] (torch.bmm), accumulated in fp32; fp32 through
-TF32 unless torch's float32 matmul precision is "highest"."""
+TF32 unless torch's float32 matmul precision is "highest". The tile loop, its
+configurations and their buckets are matmul.py's."""
 
 import functools
 
-import ninetoothed.language as ntl
-from ninetoothed import Tensor
-
+from ntops_aot.aot.tuning import Operand, Tuning
 from ntops_aot.kernels import matmul
 
+
+def _batched(m, k, n):
+    """Eight products of a layer's sizes, the right operands column-major."""
+    return (Operand((8, m, k)), Operand((8, k, n), transposed=True))
+
+
+def _square(m, k, n):
+    return (Operand((8, m, k)), Operand((8, k, n)))
+
+
 SPACE = matmul.space(3)
+TUNING = Tuning(
+    function="bmm",
+    reference="bmm",
+    key=("input", -2),
+    buckets=matmul.buckets(_batched, _square),
+    specs=("i32-u212-a16", "i32-u222-a16"),
+)
 config = matmul.config
+workspace = matmul.workspace
 
 
-def arrangement(input, other, output, block_size_m, block_size_n, block_size_k):
-    return matmul.arrange(input, other, output, block_size_m, block_size_n, block_size_k)
+def candidates(variant, bucket):
+    """matmul's, less warp specialisation: Triton 3.9's pass fails on the batched
+    (3-D) TMA loads ("NVGPUWarpSpecialization" pipeline failure)."""
+    return [c for c in matmul.candidates(variant, bucket) if not c.premake["warp_specialize"]]
 
 
-def application_tf32(input, other, output):
-    accumulator = ntl.zeros(output.shape, dtype=ntl.float32)
-    for k in range(input.shape[0]):
-        accumulator += ntl.dot(input[k], other[k], input_precision="tf32")
-    output = accumulator
+application = matmul.application_bmm
 
 
-def application_ieee(input, other, output):
-    accumulator = ntl.zeros(output.shape, dtype=ntl.float32)
-    for k in range(input.shape[0]):
-        accumulator += ntl.dot(input[k], other[k], input_precision="ieee")
-    output = accumulator
+def arrangement(input, other, output, workspace, *constants, **blocks):
+    """One program per output tile of every batch."""
+    return (*matmul.arrange(input, other, output, **blocks), matmul.whole(workspace), *constants)
 
 
-def premake(
-    ndim, dtype, fp32_precision="tf32", block_size_m=128, block_size_n=128, block_size_k=32
-):
-    application = {"tf32": application_tf32, "ieee": application_ieee}[fp32_precision]
-    arrange = functools.partial(
-        arrangement, block_size_m=block_size_m, block_size_n=block_size_n, block_size_k=block_size_k
-    )
-    tensors = (
-        Tensor(3, dtype=dtype, other=0),
-        Tensor(3, dtype=dtype, other=0),
-        Tensor(3, dtype=dtype),
-    )
-    return arrange, application, tensors
+def premake(ndim, dtype, fp32_precision="tf32", spec=None, **config):
+    tensors, blocks = matmul.tensors("bmm", ndim, dtype, spec, fp32_precision, **config)
+    return functools.partial(arrangement, **blocks), application, tensors

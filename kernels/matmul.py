@@ -1,16 +1,35 @@
-"""Shared tiling of matrix products: output tiles of (block_m, block_n), each the sum
-over K of (block_m, block_k) x (block_k, block_n) products; a leading batch dim when
-the tensors have three."""
+"""Shared tiling of matrix products (mm, addmm, bmm): output tiles of
+(block_size_m, block_size_n), each the sum over K of (block_size_m, block_size_k) x
+(block_size_k, block_size_n) products, accumulated in fp32; a leading batch dim when
+the tensors have three.
+
+The arrangement gives the launch grid (one program per output tile); the tile loop
+itself is `product`, a Triton function the applications call with the operands'
+pointers, sizes and strides, because the speed of a matrix product depends on what a
+tiling does not say: the order programs take tiles in (grouped, so the operand tiles
+one wave reads stay in L2), persistent programs looping over tiles, TMA descriptors
+and warp specialisation on Hopper. What each configuration chooses comes in as
+constexpr tensors; which layout the operands have comes from the specialisation
+(`spec`): TMA needs 16-byte aligned operands with a unit-stride dim, so only the
+aligned specialisations use it, the others load through pointers.
+"""
+
+import ninetoothed
+import triton
+import triton.language as tl
+from ninetoothed import Tensor
 
 from ntops_aot.aot.space import FLOATS, Config, VariantSpace
+from ntops_aot.aot.tuning import Bucket, Operand
 
-# Row-major or column-major operands both get unit-stride kernels: x @ w.t() is the
-# common case in inference.
-UNIT_DIMS = {"input": (-1, -2), "other": (-1, -2), "mat1": (-1, -2), "mat2": (-1, -2)}
+# Kernels with unit-stride dims: the left operand row-major (activations are), the
+# right one row-major or column-major: `x @ w.t()` with w in nn.Linear's (out, in)
+# layout is the common case in inference. Anything else takes the generic kernel.
+UNIT_DIMS = {"input": (-1,), "other": (-1, -2), "mat1": (-1,), "mat2": (-1, -2)}
 PRECISION = {"fp32_precision": ("tf32", "ieee")}
-# Hopper and Blackwell datacenter parts have 227 KiB of shared memory per block; the
-# others 99-163 KiB, hence shallower fp32 pipelines there.
+# Hopper and Blackwell datacenter parts: 227 KiB of shared memory per block and TMA.
 _BIG_SHARED = ("sm_90", "sm_100")
+_TMA = ("sm_90", "sm_100", "sm_120")
 
 
 def space(ndim, unspecialized=()):
@@ -24,23 +43,169 @@ def space(ndim, unspecialized=()):
         unit_dims=dims,
         unspecialized=unspecialized,
         in_place=False,
+        workspace="workspace",
     )
 
 
-def config(variant):
+# ---- configurations ---------------------------------------------------------------
+
+
+def tiles(
+    m, n, k, warps, stages, group=8, persistent=0, ws=False, flatten=False, tma=True, split=1
+):
+    """A configuration: tile sizes, tile grouping, the Hopper choices (TMA loads,
+    warp specialisation of the K loop, flattening persistent loops), and up to how
+    many parts K may be split into when the tiles alone leave multiprocessors idle."""
+    premake = {
+        "block_size_m": m,
+        "block_size_n": n,
+        "block_size_k": k,
+        "group_size_m": group,
+        "tma": tma,
+        "warp_specialize": ws,
+        "flatten": flatten,
+    }
+    return Config(premake, warps, stages, persistent=persistent, split=split)
+
+
+def linear(m, k, n):
+    """`x @ w.t()` with x (m, k) and w an nn.Linear weight (n, k)."""
+    return (Operand((m, k)), Operand((k, n), transposed=True))
+
+
+def row_major(m, k, n):
+    return (Operand((m, k)), Operand((k, n)))
+
+
+# Llama-3-8B's products: fused QKV (4096 -> 6144), the output projection (4096 ->
+# 4096), fused gate/up (4096 -> 28672) and down (14336 -> 4096).
+LAYER = ((4096, 6144), (4096, 4096), (4096, 28672), (14336, 4096))
+# Bucket bounds on M (rows): decoding batches of up to 16 and of up to 64 sequences are
+# memory-bound (every tile of the weight read once, by enough programs to fill the
+# GPU: narrow tiles, deep pipelines); from 65 rows on the tiles widen, and prefill
+# sizes are compute-bound (128x256 tiles, persistent programs).
+BOUNDS = {"decode": 16, "small": 32, "batched": 64, "medium": 256, "prefill": None}
+SAMPLE_ROWS = {
+    "decode": (1, 8, 16),
+    "small": (24, 32),
+    "batched": (48, 64),
+    "medium": (128, 256),
+    "prefill": (2048,),
+}
+
+
+def buckets(sample=linear, square=row_major):
+    """Rows of the product pick the bucket. Samples: the layer's products at each
+    bucket's sizes, `sample(m, k, n)` making a call's operands, and 4096^3."""
+    found = []
+    for name, upto in BOUNDS.items():
+        calls = [sample(m, k, n) for m in SAMPLE_ROWS[name] for k, n in LAYER]
+        if name == "prefill":
+            calls.append(square(4096, 4096, 4096))
+        found.append(Bucket(name, upto, tuple(calls)))
+    return tuple(found)
+
+
+def config(variant, bucket):
+    """The declared default of each bucket, per arch; tuning tables replace them."""
     arch, dtype = variant.arch, variant.dtype
-    if dtype == "fp32":
-        tiles = {"block_size_m": 128, "block_size_n": 128, "block_size_k": 32}
-        return Config(tiles, num_warps=8, num_stages=3 if arch in (*_BIG_SHARED, "sm_80") else 2)
-    if arch in _BIG_SHARED:
-        tiles = {"block_size_m": 128, "block_size_n": 256, "block_size_k": 64}
-        return Config(tiles, num_warps=8, num_stages=3)
-    tiles = {"block_size_m": 128, "block_size_n": 128, "block_size_k": 32}
-    return Config(tiles, num_warps=4, num_stages=3)
+    if dtype == "fp32":  # no TMA: fp32 tiles go through plain loads everywhere
+        stages = 3 if arch in (*_BIG_SHARED, "sm_80") else 2
+        return tiles(128, 128, 32, 8, stages, tma=False)
+    tma, big = arch in _TMA, arch in _BIG_SHARED
+    # Decode sizes load through plain pointers: on an H100 the TMA descriptors each
+    # program makes cost 1-2 us, 5% of a 26 us product (tuning runs of 2026-11-22).
+    if bucket == "decode":
+        return tiles(16, 32, 256 if big else 128, 4, 4, tma=False)
+    if bucket in ("small", "batched"):
+        return tiles(64, 64, 128, 4, 4 if big else 3, tma=False)
+    if bucket == "medium":
+        return tiles(128, 128, 64, 8 if big else 4, 4 if big else 3, tma=tma)
+    if big:
+        return tiles(128, 256, 64, 8, 3, persistent=1, flatten=True, tma=tma)
+    return tiles(128, 128, 32, 4, 3, tma=tma)
+
+
+# Tried on sm_90 (H100, bf16/fp16). Decode sizes are memory-bound: how many programs
+# share the weight's rows sets the speed (N=4096 in 64-wide tiles: 64 programs for 132
+# multiprocessors), so narrow tiles, long K steps and split K are in the running, and
+# plain loads next to TMA (no descriptors to make per program).
+_PLAIN, _SPLIT = {"tma": False}, {"split": 4}
+_NARROW = [  # up to 64 rows
+    (64, 64, 128, 4, 4, {**_PLAIN, **_SPLIT}),
+    (64, 32, 256, 4, 4, _PLAIN),
+    (64, 32, 128, 4, 4, _PLAIN),
+    (64, 32, 64, 4, 6, _PLAIN),
+    (32, 32, 256, 4, 4, _PLAIN),
+    (64, 64, 64, 4, 6, _PLAIN),
+    (64, 128, 64, 4, 4, {**_PLAIN, **_SPLIT}),
+]
+_CANDIDATES = {
+    "decode": [
+        (16, 64, 128, 4, 6, _PLAIN),
+        (16, 64, 256, 4, 4, _PLAIN),
+        (16, 128, 128, 4, 4, _PLAIN),
+        (16, 32, 128, 4, 6, _PLAIN),
+        (16, 64, 128, 4, 6),
+        (16, 64, 256, 4, 4, {**_PLAIN, **_SPLIT}),
+    ],
+    "small": _NARROW,
+    "batched": _NARROW,
+    "medium": [
+        (128, 64, 128, 4, 3, {**_PLAIN, **_SPLIT}),
+        (64, 128, 128, 4, 3, _SPLIT),
+        (64, 64, 128, 4, 4, _PLAIN),
+        (128, 64, 64, 4, 4, _PLAIN),
+        (128, 128, 64, 8, 4, _SPLIT),
+    ],
+}
+
+
+def candidates(variant, bucket):
+    """What a tuning run tries (the default first). Half types on the arches with TMA;
+    fp32 and the other arches keep their defaults."""
+    default = config(variant, bucket)
+    if variant.dtype == "fp32" or variant.arch not in _BIG_SHARED:
+        return [default]
+    if bucket == "prefill":
+        found = [
+            tiles(128, 256, 64, 8, 3, group=4, persistent=1, flatten=True),
+            tiles(128, 256, 64, 8, 3, group=16, persistent=1, flatten=True),
+            tiles(128, 256, 64, 8, 3, persistent=1),
+            tiles(128, 256, 64, 4, 3, persistent=1, ws=True),
+            tiles(128, 128, 64, 8, 4, persistent=1, flatten=True),
+        ]
+    else:
+        found = [
+            tiles(*choice[:5], **(choice[5] if len(choice) > 5 else {}))
+            for choice in _CANDIDATES[bucket]
+        ]
+    return [default, *(c for c in found if c.key != default.key)]
+
+
+def unflattened(configs):
+    """The configurations with persistent loops left unflattened, duplicates dropped:
+    addmm's bias epilogue needs the shared memory that flattening 128x256 tiles
+    across tiles would take (245784 bytes on sm_90, over its 232448)."""
+    found = {}
+    for config in configs:
+        config = Config(
+            {**config.premake, "flatten": False},
+            config.num_warps,
+            config.num_stages,
+            persistent=config.persistent,
+            split=config.split,
+        )
+        found.setdefault(config.key, config)
+    return list(found.values())
+
+
+# ---- the kernel --------------------------------------------------------------------
 
 
 def arrange(left, right, output, block_size_m, block_size_n, block_size_k):
-    """Operands of output = left @ right, 2-D or with a leading batch dim."""
+    """Operands of output = left @ right, 2-D or with a leading batch dim: the grid is
+    one program per output tile (persistent configurations cap it)."""
     batch = output.ndim - 2
     ones = (1,) * batch
     output_arranged = output.tile((*ones, block_size_m, block_size_n))
@@ -64,3 +229,365 @@ def arrange_like_output(tensor, output_arranged, block_size_m, block_size_n):
     arranged = tensor.tile(((1,) * batch) + (block_size_m, block_size_n))
     arranged.dtype = arranged.dtype.squeeze(tuple(range(batch)))
     return arranged
+
+
+def constants(
+    ndim,
+    dtype,
+    spec,
+    operands,
+    fp32_precision,
+    block_size_m,
+    block_size_n,
+    block_size_k,
+    group_size_m,
+    tma,
+    warp_specialize,
+    flatten,
+    split,
+):
+    """The kernel's constexpr tensors, in `product`'s order after the operands. TMA
+    only where the specialisation guarantees what it needs; the operands' layouts
+    from their unit-stride dims (`operands` names the left and right ones' slots)."""
+    left, right = operands
+    aligned = spec is not None and spec.aligned and spec.width == 32
+    use_tma = bool(tma) and aligned and dtype in ("fp16", "bf16")
+    # Column-major right operand: its unit stride is on the K dim (nn.Linear weights).
+    right_t = spec is not None and bool(spec.unit) and spec.unit[right] == ndim - 2
+    left_t = spec is not None and bool(spec.unit) and spec.unit[left] == ndim - 2
+    values = (
+        block_size_m,
+        block_size_n,
+        block_size_k,
+        group_size_m,
+        use_tma,
+        left_t,
+        right_t,
+        bool(warp_specialize),
+        bool(flatten),
+        fp32_precision,
+        bool(split),
+    )
+    return tuple(Tensor(0, constexpr=True, value=value) for value in values)
+
+
+def operand(ndim, dtype, **options):
+    return Tensor(ndim, dtype=dtype, **options)
+
+
+@triton.jit
+def tile_of(tile, num_m, num_n, GROUP_M: tl.constexpr):
+    """Grouped order: GROUP_M rows of tiles are walked column by column, so the
+    programs of one wave share left and right operand tiles in L2."""
+    per_group = GROUP_M * num_n
+    first = (tile // per_group) * GROUP_M
+    rows = tl.minimum(num_m - first, GROUP_M)
+    return first + (tile % per_group) % rows, (tile % per_group) // rows
+
+
+@triton.jit
+def tma_stride(stride):
+    """A TMA stride for a dim the launcher stored as 0 (size 1: never stepped over);
+    TMA wants multiples of 16 bytes, and any one serves a dim of size 1."""
+    return tl.where(stride == 0, 16, stride)
+
+
+@triton.jit
+def descriptor_of(
+    x, batch, R, C, s_b, s_r, s_c,
+    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, T: tl.constexpr, BATCHED: tl.constexpr,
+):  # fmt: skip
+    """A TMA descriptor of an (R, C) operand (batched: (batch, R, C)) read in
+    (BLOCK_R, BLOCK_C) tiles; `T`: stored transposed (its unit stride is on R). One
+    return: Triton types every return of a function alike, constexpr branches too."""
+    if BATCHED:
+        if T:
+            made = tl.make_tensor_descriptor(
+                x, [batch, C, R], [tma_stride(s_b), tma_stride(s_c), 1], [1, BLOCK_C, BLOCK_R]
+            )
+        else:
+            made = tl.make_tensor_descriptor(
+                x, [batch, R, C], [tma_stride(s_b), tma_stride(s_r), 1], [1, BLOCK_R, BLOCK_C]
+            )
+    elif T:
+        made = tl.make_tensor_descriptor(x, [C, R], [tma_stride(s_c), 1], [BLOCK_C, BLOCK_R])
+    else:
+        made = tl.make_tensor_descriptor(x, [R, C], [tma_stride(s_r), 1], [BLOCK_R, BLOCK_C])
+    return made
+
+
+@triton.jit
+def load_tile(
+    descriptor, z, r, c,
+    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, T: tl.constexpr, BATCHED: tl.constexpr,
+):  # fmt: skip
+    """The (BLOCK_R, BLOCK_C) tile at (r, c) of batch z through a `descriptor_of`."""
+    if BATCHED:
+        if T:
+            tile = descriptor.load([z, c, r]).reshape(BLOCK_C, BLOCK_R).T
+        else:
+            tile = descriptor.load([z, r, c]).reshape(BLOCK_R, BLOCK_C)
+    elif T:
+        tile = descriptor.load([c, r]).T
+    else:
+        tile = descriptor.load([r, c])
+    return tile
+
+
+@triton.jit
+def operands(
+    a, b, a_desc, b_desc, z, m, n, k, M, N, K, sa_b, sa_m, sa_k, sb_b, sb_k, sb_n,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    TMA: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr, BATCHED: tl.constexpr,
+):  # fmt: skip
+    """The (BLOCK_M, BLOCK_K) and (BLOCK_K, BLOCK_N) operand tiles of output tile
+    (z, m, n) at K offset k: through TMA, or masked loads."""
+    if TMA:
+        left = load_tile(a_desc, z, m * BLOCK_M, k, BLOCK_M, BLOCK_K, A_T, BATCHED)
+        right = load_tile(b_desc, z, k, n * BLOCK_N, BLOCK_K, BLOCK_N, B_T, BATCHED)
+    else:
+        rows = m * BLOCK_M + tl.arange(0, BLOCK_M)
+        columns = n * BLOCK_N + tl.arange(0, BLOCK_N)
+        inner = k + tl.arange(0, BLOCK_K)
+        left = tl.load(
+            a + z * sa_b + rows[:, None] * sa_m + inner[None, :] * sa_k,
+            mask=(rows[:, None] < M) & (inner[None, :] < K),
+            other=0.0,
+        )
+        right = tl.load(
+            b + z * sb_b + inner[:, None] * sb_k + columns[None, :] * sb_n,
+            mask=(inner[:, None] < K) & (columns[None, :] < N),
+            other=0.0,
+        )
+    return left, right
+
+
+@triton.jit
+def finish(
+    accumulator, c, c_desc, z, m, n, M, N, sc_b, sc_m, sc_n,
+    bias, sd_b, sd_m, sd_n, beta, alpha,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr,
+    HAS_BIAS: tl.constexpr, BATCHED: tl.constexpr,
+):  # fmt: skip
+    """Store output tile (z, m, n): alpha * accumulator + beta * bias (addmm), else
+    the accumulator, in the output's dtype."""
+    rows = m * BLOCK_M + tl.arange(0, BLOCK_M)
+    columns = n * BLOCK_N + tl.arange(0, BLOCK_N)
+    inside = (rows[:, None] < M) & (columns[None, :] < N)
+    if HAS_BIAS:
+        added = tl.load(
+            bias + z * sd_b + rows[:, None] * sd_m + columns[None, :] * sd_n, mask=inside, other=0.0
+        )
+        added = tl.where(beta == 0, 0.0, beta * added.to(tl.float32))
+        accumulator = alpha * accumulator + added
+    result = accumulator.to(c.dtype.element_ty)
+    if TMA:
+        if BATCHED:
+            c_desc.store([z, m * BLOCK_M, n * BLOCK_N], result.reshape(1, BLOCK_M, BLOCK_N))
+        else:
+            c_desc.store([m * BLOCK_M, n * BLOCK_N], result)
+    else:
+        tl.store(c + z * sc_b + rows[:, None] * sc_m + columns[None, :] * sc_n, result, mask=inside)
+
+
+@triton.jit
+def product(
+    a, batch, M, K, sa_b, sa_m, sa_k,
+    b, N, sb_b, sb_k, sb_n,
+    c, sc_b, sc_m, sc_n,
+    bias, sd_b, sd_m, sd_n, beta, alpha, workspace,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, TMA: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr, FLATTEN: tl.constexpr, PRECISION: tl.constexpr,
+    SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr, BATCHED: tl.constexpr,
+):  # fmt: skip
+    """c[z] = a[z] @ b[z] (+ beta * bias[z], times alpha) for z < batch, tile by tile.
+    Unsplit, programs take tiles pid, pid + programs, ... (one each unless
+    persistent). Split (SPLIT), the grid is tiles x parts and each program sums a
+    part of K for one tile (`product_part`)."""
+    num_m = tl.cdiv(M, BLOCK_M)
+    num_n = tl.cdiv(N, BLOCK_N)
+    per_batch = num_m * num_n
+    if TMA:
+        a_desc = descriptor_of(a, batch, M, K, sa_b, sa_m, sa_k, BLOCK_M, BLOCK_K, A_T, BATCHED)
+        b_desc = descriptor_of(b, batch, K, N, sb_b, sb_k, sb_n, BLOCK_K, BLOCK_N, B_T, BATCHED)
+        c_desc = descriptor_of(c, batch, M, N, sc_b, sc_m, sc_n, BLOCK_M, BLOCK_N, False, BATCHED)
+    else:
+        a_desc, b_desc, c_desc = a, b, c
+    if SPLIT:
+        product_part(
+            a, b, c, a_desc, b_desc, c_desc, batch, M, N, K, sa_b, sa_m, sa_k,
+            sb_b, sb_k, sb_n, sc_b, sc_m, sc_n, bias, sd_b, sd_m, sd_n, beta, alpha,
+            workspace, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, TMA, A_T, B_T, PRECISION,
+            HAS_BIAS, BATCHED,
+        )  # fmt: skip
+    else:
+        for tile in tl.range(
+            tl.program_id(0), batch * per_batch, tl.num_programs(0), flatten=FLATTEN
+        ):
+            z = tile // per_batch
+            m, n = tile_of(tile % per_batch, num_m, num_n, GROUP_M)
+            accumulator = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for step in tl.range(0, tl.cdiv(K, BLOCK_K), warp_specialize=WARP_SPECIALIZE):
+                left, right = operands(
+                    a, b, a_desc, b_desc, z, m, n, step * BLOCK_K, M, N, K,
+                    sa_b, sa_m, sa_k, sb_b, sb_k, sb_n, BLOCK_M, BLOCK_N, BLOCK_K,
+                    TMA, A_T, B_T, BATCHED,
+                )  # fmt: skip
+                accumulator = tl.dot(left, right, accumulator, input_precision=PRECISION)
+            finish(
+                accumulator, c, c_desc, z, m, n, M, N, sc_b, sc_m, sc_n,
+                bias, sd_b, sd_m, sd_n, beta, alpha, BLOCK_M, BLOCK_N, TMA, HAS_BIAS, BATCHED,
+            )  # fmt: skip
+
+
+@triton.jit
+def product_part(
+    a, b, c, a_desc, b_desc, c_desc, batch, M, N, K, sa_b, sa_m, sa_k,
+    sb_b, sb_k, sb_n, sc_b, sc_m, sc_n, bias, sd_b, sd_m, sd_n, beta, alpha, workspace,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, TMA: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr,
+    PRECISION: tl.constexpr, HAS_BIAS: tl.constexpr, BATCHED: tl.constexpr,
+):  # fmt: skip
+    """Split K: program pid sums part pid % parts of K for tile pid // parts (the
+    parts of a tile run side by side) and leaves its fp32 sum in the workspace; the
+    last part to arrive (a counter per tile, zeroed by the launcher) adds the parts up
+    in order, so the result does not depend on who arrived when, and stores it.
+    Workspace: a counter per program, then a BLOCK_M x BLOCK_N fp32 tile per program."""
+    num_m = tl.cdiv(M, BLOCK_M)
+    num_n = tl.cdiv(N, BLOCK_N)
+    per_batch = num_m * num_n
+    programs = tl.num_programs(0)
+    parts = programs // (batch * per_batch)
+    pid = tl.program_id(0)
+    tile = pid // parts
+    z = tile // per_batch
+    m, n = tile_of(tile % per_batch, num_m, num_n, GROUP_M)
+    steps = tl.cdiv(K, BLOCK_K)
+    per_part = tl.cdiv(steps, parts)
+    first = (pid % parts) * per_part
+    accumulator = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for step in tl.range(first, tl.minimum(first + per_part, steps)):
+        left, right = operands(
+            a, b, a_desc, b_desc, z, m, n, step * BLOCK_K, M, N, K,
+            sa_b, sa_m, sa_k, sb_b, sb_k, sb_n, BLOCK_M, BLOCK_N, BLOCK_K, TMA, A_T, B_T, BATCHED,
+        )  # fmt: skip
+        accumulator = tl.dot(left, right, accumulator, input_precision=PRECISION)
+    if parts > 1:
+        partials = (workspace + tl.cdiv(programs, 32) * 32).to(tl.pointer_type(tl.float32))
+        within = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+        tl.store(partials + pid * (BLOCK_M * BLOCK_N) + within, accumulator)
+        tl.debug_barrier()  # every thread's part stored before the counter says so
+        if tl.atomic_add(workspace + tile, 1, sem="acq_rel", scope="gpu") == parts - 1:
+            accumulator = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for part in range(parts):
+                slot = partials + (tile * parts + part) * (BLOCK_M * BLOCK_N) + within
+                accumulator += tl.load(slot, cache_modifier=".cg")
+            finish(
+                accumulator, c, c_desc, z, m, n, M, N, sc_b, sc_m, sc_n,
+                bias, sd_b, sd_m, sd_n, beta, alpha, BLOCK_M, BLOCK_N, TMA, HAS_BIAS, BATCHED,
+            )  # fmt: skip
+    else:
+        finish(
+            accumulator, c, c_desc, z, m, n, M, N, sc_b, sc_m, sc_n,
+            bias, sd_b, sd_m, sd_n, beta, alpha, BLOCK_M, BLOCK_N, TMA, HAS_BIAS, BATCHED,
+        )  # fmt: skip
+
+
+def workspace(config):
+    """Split configurations: per program, a tile counter (zeroed) and an fp32 tile."""
+    if config.split <= 1:
+        return (0, 0)
+    return (4 + 4 * config.premake["block_size_m"] * config.premake["block_size_n"], 4)
+
+
+# ---- the applications: `product` over the source tensors -----------------------------
+# They live here, beside `product` and its helpers, because ninetoothed takes the
+# Triton functions an application calls from the application's own module.
+
+
+def application_mm(
+    input, other, output, workspace,
+    block_m, block_n, block_k, group_m, tma, a_t, b_t, ws, flat, precision, split,
+):  # fmt: skip
+    product(
+        input.source.data_ptr(), 1, input.source.shape[0], input.source.shape[1],
+        0, input.source.stride(0), input.source.stride(1),
+        other.source.data_ptr(), other.source.shape[1],
+        0, other.source.stride(0), other.source.stride(1),
+        output.source.data_ptr(), 0, output.source.stride(0), output.source.stride(1),
+        output.source.data_ptr(), 0, 0, 0, 0.0, 1.0, workspace.source.data_ptr(),
+        block_m, block_n, block_k, group_m, tma, a_t, b_t, ws, flat, precision, split,
+        False, False,
+    )  # fmt: skip
+
+
+def application_bmm(
+    input, other, output, workspace,
+    block_m, block_n, block_k, group_m, tma, a_t, b_t, ws, flat, precision, split,
+):  # fmt: skip
+    product(
+        input.source.data_ptr(), output.source.shape[0],
+        input.source.shape[1], input.source.shape[2],
+        input.source.stride(0), input.source.stride(1), input.source.stride(2),
+        other.source.data_ptr(), other.source.shape[2],
+        other.source.stride(0), other.source.stride(1), other.source.stride(2),
+        output.source.data_ptr(),
+        output.source.stride(0), output.source.stride(1), output.source.stride(2),
+        output.source.data_ptr(), 0, 0, 0, 0.0, 1.0, workspace.source.data_ptr(),
+        block_m, block_n, block_k, group_m, tma, a_t, b_t, ws, flat, precision, split,
+        False, True,
+    )  # fmt: skip
+
+
+def application_addmm(
+    input, mat1, mat2, beta, alpha, output, workspace,
+    block_m, block_n, block_k, group_m, tma, a_t, b_t, ws, flat, precision, split,
+):  # fmt: skip
+    product(
+        mat1.source.data_ptr(), 1, mat1.source.shape[0], mat1.source.shape[1],
+        0, mat1.source.stride(0), mat1.source.stride(1),
+        mat2.source.data_ptr(), mat2.source.shape[1],
+        0, mat2.source.stride(0), mat2.source.stride(1),
+        output.source.data_ptr(), 0, output.source.stride(0), output.source.stride(1),
+        input.source.data_ptr(), 0, input.source.stride(0), input.source.stride(1),
+        beta, alpha, workspace.source.data_ptr(),
+        block_m, block_n, block_k, group_m, tma, a_t, b_t, ws, flat, precision, split,
+        True, False,
+    )  # fmt: skip
+
+
+def tensors(kind, ndim, dtype, spec, fp32_precision, split=1, **config):
+    """The premake tensors of mm, bmm or addmm (`kind`): the operands, the workspace
+    (split configurations' partial sums: the launcher allocates it), and the
+    configuration as constexpr tensors; and the block sizes the arrangement tiles by."""
+    blocks = {name: config[name] for name in ("block_size_m", "block_size_n", "block_size_k")}
+    choices = (
+        fp32_precision,
+        *blocks.values(),
+        config.get("group_size_m", 8),
+        config.get("tma", False),
+        config.get("warp_specialize", False),
+        config.get("flatten", False),
+        split > 1,
+    )
+    if kind == "addmm":
+        operands = (
+            Tensor(2, dtype=dtype),
+            Tensor(2, dtype=dtype, other=0),
+            Tensor(2, dtype=dtype, other=0),
+            Tensor(0, dtype=ninetoothed.float32),
+            Tensor(0, dtype=ninetoothed.float32),
+            Tensor(2, dtype=dtype),
+        )
+        fixed = constants(ndim, dtype, spec, (1, 2), *choices)
+    else:
+        operands = tuple(Tensor(ndim, dtype=dtype, other=0) for _ in range(3))
+        fixed = constants(ndim, dtype, spec, (0, 1), *choices)
+    return (*operands, Tensor(1, dtype=ninetoothed.int32), *fixed), blocks
+
+
+def whole(workspace):
+    """The workspace, addressed through its pointer; tiled so that ninetoothed sees a
+    tile of known size."""
+    return workspace.tile((1,))

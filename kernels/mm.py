@@ -2,47 +2,37 @@
 
 fp32 inputs go through TF32 tensor cores unless torch's float32 matmul precision is
 "highest" (switch `fp32_precision=ieee`); the switch means nothing for half types.
+The tile loop (`matmul.application_mm`), the configurations and their buckets are
+matmul.py's.
 """
 
 import functools
 
-import ninetoothed.language as ntl
-from ninetoothed import Tensor
-
+from ntops_aot.aot.tuning import Tuning
 from ntops_aot.kernels import matmul
 
 SPACE = matmul.space(2)
+TUNING = Tuning(
+    function="mm",
+    reference="mm",
+    key=("input", -2),
+    buckets=matmul.buckets(),
+    # The samples' layouts: row-major activations times weights in nn.Linear's layout
+    # (the right operand column-major) or row-major.
+    specs=("i32-u101-a16", "i32-u111-a16"),
+)
 config = matmul.config
+candidates = matmul.candidates
+workspace = matmul.workspace
+application = matmul.application_mm
 
 
-def arrangement(input, other, output, block_size_m, block_size_n, block_size_k):
-    return matmul.arrange(input, other, output, block_size_m, block_size_n, block_size_k)
+def arrangement(input, other, output, workspace, *constants, **blocks):
+    """One program per output tile (persistent and split configurations reshape the
+    grid at launch)."""
+    return (*matmul.arrange(input, other, output, **blocks), matmul.whole(workspace), *constants)
 
 
-def application_tf32(input, other, output):
-    accumulator = ntl.zeros(output.shape, dtype=ntl.float32)
-    for k in range(input.shape[0]):
-        accumulator += ntl.dot(input[k], other[k], input_precision="tf32")
-    output = accumulator
-
-
-def application_ieee(input, other, output):
-    accumulator = ntl.zeros(output.shape, dtype=ntl.float32)
-    for k in range(input.shape[0]):
-        accumulator += ntl.dot(input[k], other[k], input_precision="ieee")
-    output = accumulator
-
-
-def premake(
-    ndim, dtype, fp32_precision="tf32", block_size_m=128, block_size_n=128, block_size_k=32
-):
-    application = {"tf32": application_tf32, "ieee": application_ieee}[fp32_precision]
-    arrange = functools.partial(
-        arrangement, block_size_m=block_size_m, block_size_n=block_size_n, block_size_k=block_size_k
-    )
-    tensors = (
-        Tensor(2, dtype=dtype, other=0),
-        Tensor(2, dtype=dtype, other=0),
-        Tensor(2, dtype=dtype),
-    )
-    return arrange, application, tensors
+def premake(ndim, dtype, fp32_precision="tf32", spec=None, **config):
+    tensors, blocks = matmul.tensors("mm", ndim, dtype, spec, fp32_precision, **config)
+    return functools.partial(arrangement, **blocks), application, tensors

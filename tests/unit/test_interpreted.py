@@ -46,13 +46,61 @@ def maker(build_dir):
 
     registry = ops.load_all(build_dir)
     toolchain.use_target(TARGETS["sm_90"])
+    import inspect
+
     import ninetoothed
+    import triton.runtime.interpreter
 
     def make(op, ndim, dtype="fp32", **options):
         arrangement, application, tensors = registry[op].module.premake(ndim, dtype, **options)
-        return ninetoothed.make(arrangement, application, tensors)
+        kernel = ninetoothed.make(arrangement, application, tensors)
+        # ninetoothed copies the Triton functions an application calls into the
+        # generated module only when they are JITFunctions; the interpreter makes them
+        # InterpretedFunctions, so hand them over as the compiled module would have them.
+        helpers = {
+            name: value
+            for name, value in vars(inspect.getmodule(application)).items()
+            if isinstance(value, triton.runtime.interpreter.InterpretedFunction)
+        }
+        kernel._launch.__globals__.update(helpers)
+        _keep_constexprs(kernel._kernel)
+        # Constexpr tensors (a configuration's choices) are passed last, by value; a
+        # workspace (the launcher's, for split configurations) as a small dummy.
+        constants = [tensor.value for tensor in tensors if tensor.constexpr]
+        names = application.__code__.co_varnames[: application.__code__.co_argcount]
+        workspace = registry[op].module.SPACE.workspace
+        at = names.index(workspace) if workspace else None
+
+        def call(*args):
+            args = list(args)
+            if at is not None:
+                args.insert(at, torch.zeros(1, dtype=torch.int32))
+            return kernel(*args, *constants)
+
+        return call
 
     return make
+
+
+def _keep_constexprs(interpreted):
+    """Triton's interpreter takes a parameter as constexpr only when its annotation
+    reads `constexpr` or `tl.constexpr`; ninetoothed writes `triton.language.constexpr`,
+    so the interpreter would turn them into tensors. Name them for it."""
+    import ninetoothed.naming
+    from triton.runtime.interpreter import GridExecutor
+
+    names = [name for name in interpreted.arg_names if ninetoothed.naming.is_constexpr(name)]
+
+    def run(*args, grid, warmup, **kwargs):
+        if warmup:
+            return None
+        executor = GridExecutor(
+            interpreted.rewrite(), interpreted.arg_names, grid, interpreted.pre_run_hooks
+        )
+        executor.constexprs = names
+        return executor(*args, **kwargs)
+
+    interpreted.run = run
 
 
 def check_element_wise(make):
@@ -125,6 +173,69 @@ def check_matrix_products(make):
     bias = torch.randn(29)
     make("addmm", 2, fp32_precision="ieee", **small)(bias.expand(37, 29), a, b, 0.5, 2.0, out)
     torch.testing.assert_close(out, torch.addmm(bias, a, b, beta=0.5, alpha=2.0))
+
+
+def check_matrix_products_through_tma(make):
+    """The aligned specialisations' path: TMA descriptors over row-major activations
+    and weights in nn.Linear's layout or row-major, one row (decode) included, with
+    the zero stride the launcher gives a dim of size 1."""
+    from ntops_aot.aot.space import Spec
+
+    small = {"block_size_m": 16, "block_size_n": 16, "block_size_k": 16, "tma": True}
+    half = torch.float16
+    linear, row_major = Spec(32, (1, 0, 1), aligned=True), Spec(32, (1, 1, 1), aligned=True)
+    w = torch.randn(80, 64, dtype=half)  # (out, in)
+    for rows in (48, 1):
+        x = torch.randn(rows, 64, dtype=half)
+        if rows == 1:
+            x = x.as_strided((1, 64), (0, 1))
+        out = torch.empty(rows, 80, dtype=half)
+        make("mm", 2, "fp16", spec=linear, **small)(x, w.t(), out)
+        torch.testing.assert_close(out, (x.float() @ w.float().t()).half(), rtol=1e-2, atol=1e-2)
+        make("mm", 2, "fp16", spec=row_major, **small)(x, w.t().contiguous(), out)
+        torch.testing.assert_close(out, (x.float() @ w.float().t()).half(), rtol=1e-2, atol=1e-2)
+    x, bias = torch.randn(48, 64, dtype=half), torch.randn(80, dtype=half)
+    out = torch.empty(48, 80, dtype=half)
+    addmm_spec = Spec(32, (None, 1, 0, 1), aligned=True)
+    make("addmm", 2, "fp16", spec=addmm_spec, **small)(bias.expand(48, 80), x, w.t(), 0.5, 2.0, out)
+    expected = torch.addmm(bias.float(), x.float(), w.float().t(), beta=0.5, alpha=2.0)
+    torch.testing.assert_close(out, expected.half(), rtol=1e-2, atol=2e-2)
+    check_split_k()
+    xs, ws = torch.randn(3, 48, 64, dtype=half), torch.randn(3, 80, 64, dtype=half)
+    batch = torch.empty(3, 48, 80, dtype=half)
+    make("bmm", 3, "fp16", spec=Spec(32, (2, 1, 2), aligned=True), **small)(xs, ws.mT, batch)
+    torch.testing.assert_close(batch, (xs.float() @ ws.float().mT).half(), rtol=1e-2, atol=1e-2)
+
+
+def check_split_k():
+    """Split K (grid = tiles x parts): each part's partial sum in the workspace, the
+    last part of a tile to arrive adds them up; with the launcher's workspace layout
+    (a zeroed counter per program, then a tile of fp32 per program)."""
+    import triton
+    import triton.language as tl
+
+    global product  # the interpreter resolves a kernel's names in its module's globals
+    from ntops_aot.kernels.matmul import product
+
+    @triton.jit
+    def split(a, b, c, workspace, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+        product(
+            a, 1, M, K, 0, K, 1, b, N, 0, N, 1, c, 0, N, 1, c, 0, 0, 0, 0.0, 1.0, workspace,
+            BM, BN, BK, 8, False, False, False, False, False, "ieee", True, False, False,
+        )  # fmt: skip
+
+    a, b = torch.randn(37, 200), torch.randn(200, 29)
+    blocks = (16, 16, 16)
+    tiles = 3 * 2
+    for parts in (1, 3, 5):
+        c = torch.full((37, 29), float("nan"))
+        programs = tiles * parts
+        workspace = torch.zeros(programs * (1 + 16 * 16) + 32, dtype=torch.int32)
+        split[(programs,)](a, b, c, workspace, 37, 29, 200, *blocks)
+        # Parts sum in another order than torch: fp32 rounding apart, equal.
+        torch.testing.assert_close(c, a @ b, rtol=1e-5, atol=1e-4, msg=f"{parts} parts")
+        if parts > 1:
+            assert workspace[:tiles].tolist() == [parts] * tiles  # every part counted
 
 
 def check_attention(make):
@@ -214,6 +325,7 @@ test_element_wise = interpreted(check_element_wise)
 test_comparisons_and_bitwise = interpreted(check_comparisons_and_bitwise)
 test_rows = interpreted(check_rows)
 test_matrix_products = interpreted(check_matrix_products)
+test_matrix_products_through_tma = interpreted(check_matrix_products_through_tma)
 test_attention = interpreted(check_attention)
 test_rotary_position_embedding = interpreted(check_rotary_position_embedding)
 test_dropout_statistics = interpreted(check_dropout_statistics)

@@ -1,0 +1,121 @@
+"""Matrix products as models call them: weights in nn.Linear's layout (`x @ w.t()`),
+every row count the launcher tells apart (its buckets), and the launches that need
+memory of their own (TMA descriptors' scratch, split-K workspaces) under CUDA graph
+capture, on several streams and threads at once."""
+
+import threading
+
+import pytest
+import torch
+
+HALF = (torch.float16, torch.bfloat16)
+LIMIT = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
+# Row counts on both sides of every bucket bound of kernels/matmul.py, and prefill.
+ROWS = (1, 8, 16, 17, 32, 33, 64, 65, 256, 257, 2048)
+
+
+def relative_error(got, want):
+    return ((got.double() - want.double()).norm() / want.double().norm()).item()
+
+
+def buckets(nt, op):
+    """The op's buckets as the wheel declares them: name -> (low, high)."""
+    tuning = nt.manifest()["ops"][op]["tuning"]
+    found, low = {}, 0
+    for bucket in tuning["buckets"]:
+        high = bucket["upto"] if bucket["upto"] is not None else 2**63 - 1
+        found[bucket["name"]] = (low, high)
+        low = high + 1
+    return found
+
+
+def bucket_of(nt, op, rows):
+    return next(name for name, (low, high) in buckets(nt, op).items() if low <= rows <= high)
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+@pytest.mark.parametrize("rows", ROWS)
+def test_linear_layout_in_every_bucket(nt, rows, dtype):
+    for k, n in ((4096, 6144), (14336, 4096), (512, 80)):
+        x = torch.randn(rows, k, device="cuda", dtype=dtype)
+        w = torch.randn(n, k, device="cuda", dtype=dtype) / k**0.5
+        got = nt.mm(x, w.t())
+        ran = nt._C.last_kernel()
+        assert relative_error(got, x @ w.t()) < LIMIT[dtype], (rows, k, n, ran)
+        spec, label = ran.rsplit("/", 1)[1].split("@")
+        assert spec == "i32-u101-a16", ran  # nn.Linear's layout, the TMA-capable kernel
+        assert bucket_of(nt, "mm", rows) in label.split("+"), ran
+        bias = torch.randn(n, device="cuda", dtype=dtype)
+        got = nt.addmm(bias, x, w.t())
+        want = torch.addmm(bias.float(), x.float(), w.float().t())
+        assert relative_error(got, want) < LIMIT[dtype], (rows, k, n, nt._C.last_kernel())
+
+
+@pytest.mark.parametrize("rows", [1, 40, 100, 2048])
+def test_batched_products_with_linear_weights(nt, rows):
+    x = torch.randn(3, rows, 1024, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(3, 768, 1024, device="cuda", dtype=torch.bfloat16) / 32
+    assert relative_error(nt.bmm(x, w.mT), x @ w.mT) < 1e-2
+    assert relative_error(nt.matmul(x, w[0].t()), x @ w[0].t()) < 1e-2
+
+
+def test_memory_of_its_own_under_graph_capture(nt):
+    """Prefill (TMA: global scratch) and medium (split K: a zeroed workspace) products
+    captured in a graph and replayed on fresh inputs, next to eager launches of the
+    same kernels on another stream."""
+    nt.preload()
+    w = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16) / 64
+    inputs = [torch.randn(m, 4096, device="cuda", dtype=torch.bfloat16) for m in (1, 100, 2048)]
+
+    def step():
+        return [nt.mm(x, w.t()) for x in inputs]
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outputs = step()
+    other = torch.cuda.Stream()
+    for _ in range(3):
+        for x in inputs:
+            x.copy_(torch.randn_like(x))
+        graph.replay()
+        with torch.cuda.stream(other):
+            eager = [nt.mm(x.flip(0).contiguous(), w.t()) for x in inputs]
+        torch.cuda.synchronize()
+        for got, x in zip(outputs, inputs, strict=True):
+            assert relative_error(got, x @ w.t()) < 1e-2
+        for got, x in zip(eager, inputs, strict=True):
+            assert relative_error(got, x.flip(0) @ w.t()) < 1e-2
+
+
+def test_split_products_on_eight_threads(nt):
+    """Split-K launches (each with its own zeroed workspace) from eight threads on eight
+    streams: no launch sees another's partial sums."""
+    w = torch.randn(1024, 4096, device="cuda", dtype=torch.float16) / 64
+    errors = []
+    start = threading.Barrier(8)
+
+    def work(seed):
+        try:
+            generator = torch.Generator(device="cuda").manual_seed(seed)
+            stream = torch.cuda.Stream()
+            with torch.cuda.stream(stream):
+                start.wait()
+                for rows in (100, 200, 1, 60) * 10:
+                    x = torch.randn(rows, 4096, device="cuda", generator=generator).half()
+                    got = nt.mm(x, w.t())
+                    assert relative_error(got, x @ w.t()) < 2e-3, (seed, rows)
+            stream.synchronize()
+        except Exception as error:  # reported by the main thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
