@@ -9,7 +9,7 @@ ARCH ?= sm_90
 OPS ?= all
 OUT ?= dist
 
-.PHONY: install test lint build gpu-test bench clean
+.PHONY: install test lint build gpu-test bench bench-layer clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ gpu-test:
 bench:
 	$(PY) tests/benchmarks/bench_add.py --json bench.json
 	$(PY) tests/benchmarks/bench_ops.py --json bench_ops.json
+	$(PY) tests/benchmarks/bench_layer.py --json bench_layer.json --png bench_layer.png
+
+bench-layer:
+	$(PY) tests/benchmarks/bench_layer.py --json bench_layer.json --png bench_layer.png
 
 clean:
-	rm -rf generated $(OUT) bench.json bench_ops.json
+	rm -rf generated $(OUT) bench.json bench_ops.json bench_layer.json bench_layer.png
