@@ -48,7 +48,7 @@ class Plan:
     variants: tuple[Variant, ...]  # the variants selected (this shard's, with --shard)
     keys: Mapping[str, str]  # variant id -> cache key of its kernels
     choices: Mapping[str, Mapping[str, tuning.Choice]]  # variant id -> bucket -> config
-    builds: Mapping[str, tuple[tuning.Build, ...]]  # variant id -> what it compiles
+    builds: Mapping[str, tuple[jobs.Build, ...]]  # variant id -> what it compiles
 
     @property
     def compile_options(self) -> jobs.CompileOptions:

@@ -31,7 +31,6 @@ from typing import Any
 
 from ntops_aot.aot import fingerprint
 from ntops_aot.aot.space import Variant
-from ntops_aot.aot.tuning import Build
 
 FORMAT = 2
 # The modules a worker runs to turn a variant into cubins: their closure is part of
@@ -79,7 +78,7 @@ class Keys:
         variant: Variant,
         module: str,
         options: Mapping[str, Any],
-        builds: Sequence[Build] = (),
+        builds: Sequence[Any] = (),
     ) -> str:
         """The key of `variant`'s compiled kernels; `options` are the build options
         that reach the compiler (warps, stages), `builds` its configurations (so a

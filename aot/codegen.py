@@ -201,14 +201,16 @@ def _ninetoothed(
 
 
 def _launched(grid: str, config: Config) -> str:
-    """The grid a configuration launches. Persistent: the tiles, but at most so many
-    programs per multiprocessor (the kernel loops over the tiles). Split: the tiles
-    times the split factor that brings the programs nearest the multiprocessor count
-    from below, between 1 and `config.split` (the kernel divides its work by it)."""
+    """The grid a configuration launches, in programs (a program is a cluster of
+    `num_ctas` blocks). Persistent: the tiles, but at most so many blocks per
+    multiprocessor (the kernel loops over the tiles). Split: the tiles times the split
+    factor that brings the blocks nearest the multiprocessor count from below, between
+    1 and `config.split` (the kernel divides its work by it)."""
+    slots = f"{MULTIPROCESSORS} // {config.num_ctas}" if config.num_ctas > 1 else MULTIPROCESSORS
     if config.persistent:
-        return f"min({grid}, {MULTIPROCESSORS} * {config.persistent})"
+        return f"min({grid}, max(1, {slots} * {config.persistent}))"
     if config.split > 1:
-        factor = f"max(1, min({config.split}, {MULTIPROCESSORS} // ({grid})))"
+        factor = f"max(1, min({config.split}, ({slots}) // ({grid})))"
         return f"({grid}) * {factor}"
     return grid
 

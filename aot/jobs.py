@@ -10,9 +10,8 @@ from collections.abc import Callable
 
 from ntops_aot.aot import codegen, ops, toolchain
 from ntops_aot.aot.compile import CompiledKernel, compile_kernel
-from ntops_aot.aot.space import Spec, Variant
+from ntops_aot.aot.space import UNBOUNDED, Config, Spec, Variant
 from ntops_aot.aot.targets import TARGETS
-from ntops_aot.aot.tuning import Build
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,6 +20,21 @@ class CompileOptions:
 
     num_warps: int | None = None
     num_stages: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Build:
+    """One configuration of a variant to compile: the specialisations it is built for
+    (`aligned`: those assuming 16-byte alignment, or the others, or None for all;
+    `specs`: only these names, if any), the bucket key sizes its kernels serve, and
+    the label their ids carry (`@decode`, `@prefill#2` for a tuning candidate)."""
+
+    config: Config
+    bucket: tuple[int, int] = (0, UNBOUNDED)
+    label: str = ""
+    aligned: bool | None = None
+    specs: tuple[str, ...] = ()
+    candidate: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

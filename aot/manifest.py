@@ -12,9 +12,9 @@ from ntops_aot.aot.compile import CompiledKernel
 from ntops_aot.aot.config import BuildOptions
 from ntops_aot.aot.errors import VariantFailure
 from ntops_aot.aot.ops import OpInfo
-from ntops_aot.aot.space import DTYPES, Variant, group_key
+from ntops_aot.aot.space import DTYPES, Tuning, Variant, group_key
 from ntops_aot.aot.targets import TARGETS
-from ntops_aot.aot.tuning import Choice, Tuning
+from ntops_aot.aot.tuning import Choice
 
 FORMAT = 3
 

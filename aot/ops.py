@@ -17,9 +17,8 @@ from types import ModuleType
 from typing import Any
 
 from ntops_aot.aot import toolchain
-from ntops_aot.aot.space import DTYPES, Config, Variant, VariantSpace
+from ntops_aot.aot.space import ALL, DTYPES, Config, Tuning, Variant, VariantSpace
 from ntops_aot.aot.targets import TARGETS
-from ntops_aot.aot.tuning import ALL, Tuning
 
 KERNELS_PACKAGE = "ntops_aot.kernels"
 

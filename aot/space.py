@@ -1,8 +1,10 @@
 """The vocabulary of a build: what an op can be built as, and the ids users see.
 
 A kernel file declares its `SPACE` (dtypes, ndims, op switches and how the runtime
-calls it). Enumeration crosses it with the target arches into `Variant`s, the unit a
-user lists, selects and builds (`rms_norm-sm_90-fp16-nd3`). Each variant is compiled
+calls it), and, if it tunes, its `TUNING` (the buckets of a size its launcher tells
+apart, and the sample calls that represent each; aot/tuning.py reads the tables).
+Enumeration crosses it with the target arches into `Variant`s, the unit a user
+lists, selects and builds (`rms_norm-sm_90-fp16-nd3`). Each variant is compiled
 into a few `Spec`ializations (32/64-bit indexing, unit strides, 16-byte alignment)
 among which the runtime picks per call.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
+from typing import Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,3 +230,72 @@ class Config:
         if self.split != 1:
             parts.append(f"split={self.split}")
         return " ".join(parts)
+
+
+UNBOUNDED = 2**63 - 1  # the largest bucket key size, as the launcher stores it (INT64_MAX)
+ALL = "all"  # the one bucket of ops without a TUNING
+
+
+@dataclasses.dataclass(frozen=True)
+class Operand:
+    """One tensor of a sample call: random normal values of `shape`; `transposed`
+    makes it contiguous with its last two dims swapped and passes its `.mT`, the
+    layout of an nn.Linear weight used as `x @ W.t()`."""
+
+    shape: tuple[int, ...]
+    transposed: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"shape": list(self.shape), "transposed": self.transposed}
+
+
+@dataclasses.dataclass(frozen=True)
+class Bucket:
+    """Calls whose key size is at most `upto` (None: every larger one), with the
+    calls a tuning run times for it (shapes of real models)."""
+
+    name: str
+    upto: int | None = None
+    samples: tuple[tuple[Operand, ...], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Tuning:
+    """What an op's speed depends on, as its launcher and tuner see it.
+
+    `key` names the argument and dim whose size picks a call's bucket (for a matrix
+    product, the rows of its left operand). `function` is the ntops_prebuilt function a
+    tuning run calls on each sample and `reference` the torch function (a name under
+    `torch`) its result is checked against. `specs` names the specialisations a tuning
+    wheel builds (those the samples run); the buckets' winners are built for every
+    specialisation that assumes 16-byte alignment, the fallbacks keep the last
+    bucket's configuration."""
+
+    function: str
+    reference: str
+    key: tuple[str, int]
+    buckets: tuple[Bucket, ...]
+    specs: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        names = [bucket.name for bucket in self.buckets]
+        if not names or len(set(names)) != len(names):
+            raise ValueError(f"buckets need distinct names, got {names}")
+        bounds = [bucket.upto for bucket in self.buckets]
+        if bounds[-1] is not None or None in bounds[:-1]:
+            raise ValueError("every bucket but the last needs `upto`; the last takes the rest")
+        if bounds[:-1] != sorted(set(bounds[:-1])):  # type: ignore[type-var]
+            raise ValueError(f"bucket bounds must increase, got {bounds}")
+
+    def ranges(self) -> dict[str, tuple[int, int]]:
+        """Each bucket's key sizes, inclusive."""
+        ranges, low = {}, 0
+        for bucket in self.buckets:
+            high = UNBOUNDED if bucket.upto is None else bucket.upto
+            ranges[bucket.name] = (low, high)
+            low = high + 1
+        return ranges
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(bucket.name for bucket in self.buckets)

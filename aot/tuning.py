@@ -19,10 +19,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ntops_aot.aot.errors import BuildError
-from ntops_aot.aot.space import Config, Variant
+from ntops_aot.aot.jobs import Build
+from ntops_aot.aot.space import ALL, Config, Tuning, Variant
 
 TABLE_FORMAT = 1
-UNBOUNDED = 2**63 - 1  # the largest key size, as the launcher stores it (INT64_MAX)
 TABLES_PACKAGE = "ntops_aot.kernels"
 TABLES_FOLDER = "tuning"
 
@@ -34,77 +34,9 @@ class TuningError(BuildError):
 
 
 @dataclasses.dataclass(frozen=True)
-class Operand:
-    """One tensor of a sample call: random normal values of `shape`; `transposed`
-    makes it contiguous with its last two dims swapped and passes its `.mT`, the
-    layout of an nn.Linear weight used as `x @ W.t()`."""
-
-    shape: tuple[int, ...]
-    transposed: bool = False
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"shape": list(self.shape), "transposed": self.transposed}
-
-
-@dataclasses.dataclass(frozen=True)
-class Bucket:
-    """Calls whose key size is at most `upto` (None: every larger one), with the
-    calls a tuning run times for it (shapes of real models)."""
-
-    name: str
-    upto: int | None = None
-    samples: tuple[tuple[Operand, ...], ...] = ()
-
-
-@dataclasses.dataclass(frozen=True)
-class Tuning:
-    """What an op's speed depends on, as its launcher and tuner see it.
-
-    `key` names the argument and dim whose size picks a call's bucket (for a matrix
-    product, the rows of its left operand). `function` is the ntops_prebuilt function a
-    tuning run calls on each sample and `reference` the torch function (a name under
-    `torch`) its result is checked against. `specs` names the specialisations a tuning
-    wheel builds (those the samples run); the buckets' winners are built for every
-    specialisation that assumes 16-byte alignment, the fallbacks keep the last
-    bucket's configuration."""
-
-    function: str
-    reference: str
-    key: tuple[str, int]
-    buckets: tuple[Bucket, ...]
-    specs: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        names = [bucket.name for bucket in self.buckets]
-        if not names or len(set(names)) != len(names):
-            raise ValueError(f"buckets need distinct names, got {names}")
-        bounds = [bucket.upto for bucket in self.buckets]
-        if bounds[-1] is not None or None in bounds[:-1]:
-            raise ValueError("every bucket but the last needs `upto`; the last takes the rest")
-        if bounds[:-1] != sorted(set(bounds[:-1])):  # type: ignore[type-var]
-            raise ValueError(f"bucket bounds must increase, got {bounds}")
-
-    def ranges(self) -> dict[str, tuple[int, int]]:
-        """Each bucket's key sizes, inclusive."""
-        ranges, low = {}, 0
-        for bucket in self.buckets:
-            high = UNBOUNDED if bucket.upto is None else bucket.upto
-            ranges[bucket.name] = (low, high)
-            low = high + 1
-        return ranges
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(bucket.name for bucket in self.buckets)
-
-
-ALL = "all"  # the one bucket of ops without a TUNING
-
-
-@dataclasses.dataclass(frozen=True)
 class Choice:
     """The configuration a variant's bucket is built with, and where it came from:
-    "default" (the kernel file's declaration) or a table's path."""
+    "default" (the kernel file's declaration) or a table (`Table.source`)."""
 
     config: Config
     source: str
@@ -121,6 +53,13 @@ class Table:
 
     def label(self, variant: str, bucket: str) -> str:
         return f"{self.path} entry {variant} / {bucket}"
+
+    @property
+    def source(self) -> str:
+        """How a wheel's manifest names the table: no path of the building machine."""
+        if self.path.resolve().parent == tables_dir().resolve():
+            return f"{TABLES_PACKAGE.rpartition('.')[2]}/{TABLES_FOLDER}/{self.path.name}"
+        return f"{self.path.name} (--tuning-dir)"
 
 
 def tables_dir() -> pathlib.Path:
@@ -205,7 +144,7 @@ def resolve(
                 f"kernels/{variant.op}.py declares for that bucket; they are: "
                 + "; ".join(str(c) for c in candidates[bucket])
             )
-        chosen[bucket] = Choice(config, str(table.path))  # type: ignore[union-attr]
+        chosen[bucket] = Choice(config, table.source)  # type: ignore[union-attr]
     return chosen
 
 
@@ -217,21 +156,6 @@ def check_variants(table: Table, known: Sequence[str]) -> None:
             f"{table.path}: entry {missing[0]} names no variant the kernel files build "
             f"for {table.arch} (list them: ntops-aot list --arch {table.arch})"
         )
-
-
-@dataclasses.dataclass(frozen=True)
-class Build:
-    """One configuration of a variant to compile: the specialisations it is built for
-    (`aligned`: those assuming 16-byte alignment, or the others, or None for all;
-    `specs`: only these names, if any), the bucket key sizes its kernels serve, and
-    the label their ids carry (`@decode`, `@prefill#2` for a tuning candidate)."""
-
-    config: Config
-    bucket: tuple[int, int] = (0, UNBOUNDED)
-    label: str = ""
-    aligned: bool | None = None
-    specs: tuple[str, ...] = ()
-    candidate: int = 0
 
 
 def builds(tuning: Tuning | None, choices: Mapping[str, Choice]) -> tuple[Build, ...]:

@@ -7,7 +7,7 @@ The tile loop, its configurations and their buckets are matmul.py's.
 
 import functools
 
-from ntops_aot.aot.tuning import Operand, Tuning
+from ntops_aot.aot.space import Operand, Tuning
 from ntops_aot.kernels import matmul
 
 
@@ -38,7 +38,14 @@ def config(variant, bucket):
 
 
 def candidates(variant, bucket):
-    return matmul.unflattened(matmul.candidates(variant, bucket))
+    """matmul's, unflattened, and without clusters: on an H100 the 2-block programs
+    gave a relative error of 8.6e-2 against torch with the bias epilogue (tuning run
+    of 2026-11-22; mm's and bmm's passed)."""
+    return [
+        config
+        for config in matmul.unflattened(matmul.candidates(variant, bucket))
+        if config.num_ctas == 1
+    ]
 
 
 application = matmul.application_addmm

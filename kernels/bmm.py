@@ -4,7 +4,7 @@ configurations and their buckets are matmul.py's."""
 
 import functools
 
-from ntops_aot.aot.tuning import Operand, Tuning
+from ntops_aot.aot.space import Operand, Tuning
 from ntops_aot.kernels import matmul
 
 

@@ -19,8 +19,7 @@ import triton
 import triton.language as tl
 from ninetoothed import Tensor
 
-from ntops_aot.aot.space import FLOATS, Config, VariantSpace
-from ntops_aot.aot.tuning import Bucket, Operand
+from ntops_aot.aot.space import FLOATS, Bucket, Config, Operand, VariantSpace
 
 # Kernels with unit-stride dims: the left operand row-major (activations are), the
 # right one row-major or column-major: `x @ w.t()` with w in nn.Linear's (out, in)
@@ -51,11 +50,13 @@ def space(ndim, unspecialized=()):
 
 
 def tiles(
-    m, n, k, warps, stages, group=8, persistent=0, ws=False, flatten=False, tma=True, split=1
-):
+    m, n, k, warps, stages, group=8, persistent=0, ws=False, flatten=False, tma=True, split=1,
+    ctas=1,
+):  # fmt: skip
     """A configuration: tile sizes, tile grouping, the Hopper choices (TMA loads,
-    warp specialisation of the K loop, flattening persistent loops), and up to how
-    many parts K may be split into when the tiles alone leave multiprocessors idle."""
+    warp specialisation of the K loop, flattening persistent loops, programs of a
+    cluster of `ctas` blocks), and up to how many parts K may be split into when the
+    tiles alone leave multiprocessors idle."""
     premake = {
         "block_size_m": m,
         "block_size_n": n,
@@ -65,7 +66,7 @@ def tiles(
         "warp_specialize": ws,
         "flatten": flatten,
     }
-    return Config(premake, warps, stages, persistent=persistent, split=split)
+    return Config(premake, warps, stages, persistent=persistent, split=split, num_ctas=ctas)
 
 
 def linear(m, k, n):
@@ -173,7 +174,7 @@ def candidates(variant, bucket):
             tiles(128, 256, 64, 8, 3, group=16, persistent=1, flatten=True),
             tiles(128, 256, 64, 8, 3, persistent=1),
             tiles(128, 256, 64, 4, 3, persistent=1, ws=True),
-            tiles(128, 128, 64, 8, 4, persistent=1, flatten=True),
+            tiles(128, 256, 64, 8, 3, persistent=1, flatten=True, ctas=2),
         ]
     else:
         found = [
@@ -195,6 +196,7 @@ def unflattened(configs):
             config.num_stages,
             persistent=config.persistent,
             split=config.split,
+            num_ctas=config.num_ctas,
         )
         found.setdefault(config.key, config)
     return list(found.values())

@@ -8,7 +8,7 @@ matmul.py's.
 
 import functools
 
-from ntops_aot.aot.tuning import Tuning
+from ntops_aot.aot.space import Tuning
 from ntops_aot.kernels import matmul
 
 SPACE = matmul.space(2)

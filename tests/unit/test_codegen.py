@@ -74,12 +74,20 @@ def test_persistent_grids_are_capped_at_the_multiprocessors(registry):
     assert op.config(variant, "prefill").persistent == 1
     assert "min" not in tiles.grid
     assert persistent.grid.startswith("min(")
-    assert persistent.grid.endswith(f", {codegen.MULTIPROCESSORS} * 1)")
     names = {n.id for n in ast.walk(ast.parse(persistent.grid)) if isinstance(n, ast.Name)}
-    assert names - {p.name for p in persistent.params if p.kind == "size"} == {
-        "min",
-        codegen.MULTIPROCESSORS,
-    }
+    sizes = {p.name for p in persistent.params if p.kind == "size"}
+    assert names - sizes == {"min", "max", codegen.MULTIPROCESSORS}
+    # 128x256 tiles of a 4096 x 4096 output: 512 tiles, 132 programs on an H100.
+    values = dict.fromkeys(sizes, 4096) | {"min": min, "max": max, codegen.MULTIPROCESSORS: 132}
+    assert eval(persistent.grid, values) == 132
+    assert eval(tiles.grid, dict.fromkeys(sizes, 4096)) == (4096 // 64) * (4096 // 64)
+
+
+def test_cluster_grids_count_clusters(registry):
+    """A program of num_ctas blocks: persistent and split grids count what fits."""
+    clustered = Config({}, 8, 3, persistent=1, num_ctas=2)
+    grid = codegen._launched("tiles", clustered)
+    assert eval(grid, {"tiles": 512, codegen.MULTIPROCESSORS: 132}) == 66
 
 
 def test_constexpr_tensors_are_compiled_in_not_passed(registry):

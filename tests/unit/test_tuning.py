@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from ntops_aot.aot import build as pipeline
-from ntops_aot.aot import tuning
+from ntops_aot.aot import space, tuning
 from ntops_aot.aot.cache import toolchain_versions
 from ntops_aot.aot.space import Config, Variant
 from ntops_aot.aot.tuning import TuningError
@@ -65,7 +65,7 @@ def test_a_table_entry_replaces_one_bucket_and_rekeys_only_its_variant(planned, 
     tuned = plan_with(planned, directory)
     choices = tuned.choices[MM.id]
     assert choices["decode"].config.key == winner.key
-    assert choices["decode"].source == str(directory / "sm_90.json")
+    assert choices["decode"].source == "sm_90.json (--tuning-dir)"  # no paths in wheels
     assert choices["prefill"].source == "default"
     changed = {v for v in tuned.keys if tuned.keys[v] != planned.keys[v]}
     assert changed == {MM.id}  # fp16 and fp32 keep their keys: nothing else recompiles
@@ -113,11 +113,11 @@ def test_no_tuning_builds_the_defaults(planned, tmp_path):
 
 
 def test_buckets_that_chose_alike_share_kernels():
-    ask = tuning.Tuning(
+    ask = space.Tuning(
         "mm",
         "mm",
         ("input", -2),
-        (tuning.Bucket("a", 8), tuning.Bucket("b", 64), tuning.Bucket("c")),
+        (space.Bucket("a", 8), space.Bucket("b", 64), space.Bucket("c")),
     )
     small, large = Config({"block_size_m": 16}, 4, 4), Config({"block_size_m": 128}, 8, 3)
     choices = {
@@ -128,8 +128,8 @@ def test_buckets_that_chose_alike_share_kernels():
     found = tuning.builds(ask, choices)
     assert [(b.label, b.bucket, b.aligned) for b in found] == [
         ("@a+b", (0, 64), True),
-        ("@c", (65, tuning.UNBOUNDED), True),
-        ("", (0, tuning.UNBOUNDED), False),  # the fallbacks: the last bucket's configuration
+        ("@c", (65, space.UNBOUNDED), True),
+        ("", (0, space.UNBOUNDED), False),  # the fallbacks: the last bucket's configuration
     ]
     assert found[-1].config.key == large.key
 
@@ -170,3 +170,30 @@ def test_the_committed_tables_fit_the_kernel_files(tmp_path):
         if any(c.source != "default" for c in choices.values())
     }
     assert {v.split("-")[0] for v in tuned} == {"mm", "addmm", "bmm"}
+
+
+def test_the_tuner_refuses_a_wheel_of_one_configuration(installed):
+    from ntops_prebuilt import tune
+
+    with pytest.raises(tune.TuningRunError, match="build a tuning wheel with `ntops-aot tune"):
+        tune.tune()
+
+
+def test_the_tuner_refuses_a_gpu_the_wheel_has_no_cubins_for(installed, monkeypatch):
+    """A tuning wheel for sm_90 on an A100: the error names both arches and the command
+    that builds the wheel that GPU needs."""
+    import torch
+
+    from ntops_prebuilt import tune
+
+    manifest = dict(installed.manifest())
+    manifest["build"] = {**manifest["build"], "candidates": True, "arches": ["sm_90"]}
+    monkeypatch.setattr(installed, "manifest", lambda: manifest)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda: (8, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "NVIDIA A100-SXM4-80GB")
+    with pytest.raises(tune.TuningRunError) as caught:
+        tune.tune()
+    message = str(caught.value)
+    assert "this GPU (NVIDIA A100-SXM4-80GB) is sm_80" in message
+    assert "cubins for sm_90 only" in message
+    assert "ntops-aot tune --arch sm_80" in message
