@@ -118,7 +118,7 @@ def plan(options: BuildOptions, environ: Mapping[str, str] | None = None) -> Pla
     builds = {
         v.id: tuning.candidate_builds(ops[v.op].tuning, ops[v.op].candidates[v.id])  # type: ignore[arg-type]
         if options.candidates
-        else tuning.builds(ops[v.op].tuning, choices[v.id])
+        else tuning.builds(ops[v.op].tuning, choices[v.id], ops[v.op].defaults[v.id])
         for v in variants
     }
     compile_options = dataclasses.asdict(jobs.CompileOptions(options.num_warps, options.num_stages))

@@ -158,10 +158,15 @@ def check_variants(table: Table, known: Sequence[str]) -> None:
         )
 
 
-def builds(tuning: Tuning | None, choices: Mapping[str, Choice]) -> tuple[Build, ...]:
-    """What a wheel compiles of one variant: for the aligned specialisations, each run
-    of consecutive buckets that chose one configuration; for the rest (unaligned and
-    64-bit fallbacks, serving every bucket) the last bucket's configuration."""
+def builds(
+    tuning: Tuning | None, choices: Mapping[str, Choice], defaults: Mapping[str, Config]
+) -> tuple[Build, ...]:
+    """What a wheel compiles of one variant: for the aligned specialisations (those a
+    tuning run measures), each run of consecutive buckets that chose one
+    configuration; for the rest (unaligned and 64-bit fallbacks, serving every bucket)
+    the last bucket's declared default, which the kernel file vouches for with every
+    kind of load (a winner may use what only TMA loads allow, such as warp
+    specialisation)."""
     if tuning is None:
         return (Build(choices[ALL].config),)
     ranges = tuning.ranges()
@@ -181,7 +186,7 @@ def builds(tuning: Tuning | None, choices: Mapping[str, Choice]) -> tuple[Build,
         )
         for config, names in runs
     ]
-    found.append(Build(choices[tuning.names[-1]].config, aligned=False))
+    found.append(Build(defaults[tuning.names[-1]], aligned=False))
     return tuple(found)
 
 

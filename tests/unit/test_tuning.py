@@ -125,13 +125,14 @@ def test_buckets_that_chose_alike_share_kernels():
         "b": tuning.Choice(small, "t.json"),
         "c": tuning.Choice(large, "default"),
     }
-    found = tuning.builds(ask, choices)
+    default = Config({"block_size_m": 64}, 4, 3)
+    found = tuning.builds(ask, choices, {"a": small, "b": small, "c": default})
     assert [(b.label, b.bucket, b.aligned) for b in found] == [
         ("@a+b", (0, 64), True),
         ("@c", (65, space.UNBOUNDED), True),
-        ("", (0, space.UNBOUNDED), False),  # the fallbacks: the last bucket's configuration
+        ("", (0, space.UNBOUNDED), False),  # the fallbacks: the last bucket's default
     ]
-    assert found[-1].config.key == large.key
+    assert found[-1].config.key == default.key
 
 
 def test_the_cli_reports_a_bad_table_with_exit_code_3(planned, tmp_path):
