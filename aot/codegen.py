@@ -44,8 +44,8 @@ class Param:
     is compiled in: `value`, from a constexpr tensor of the premake)."""
 
     name: str
-    kind: str  # "pointer" | "size" | "stride" | "scalar" | "constant" | "workspace"
-    arg: int  # index into the kernel's `Arg`s (-1 for constants and the workspace)
+    kind: str  # "pointer" | "size" | "stride" | "scalar" | "constant" | "workspace" | "launch"
+    arg: int  # index into the kernel's `Arg`s (-1: constants, the workspace, the launch id)
     dim: int = -1
     value: int | bool | None = None
 
@@ -104,7 +104,7 @@ def generate(
                 op, variant, config, function, num_warps, num_stages, which
             )
         found = generated[which]
-        params = _params(variant, found, op.space.workspace)
+        params = _params(variant, found, op.space.workspace, op.space.launch_id)
         signature, divisible = _signature(spec, args, params)
         kernels.append(
             GeneratedKernel(
@@ -294,19 +294,24 @@ def _args(op: OpDef, names: Sequence[str], tensors: Sequence[Any], *_: Any) -> t
             specialized=name not in op.space.unspecialized,
         )
         for name, tensor in zip(names, tensors, strict=True)
-        if not tensor.constexpr and name != op.space.workspace
+        if not tensor.constexpr and name not in (op.space.workspace, op.space.launch_id)
     )
 
 
-def _params(variant: Variant, found: Generation, workspace: str | None) -> tuple[Param, ...]:
+def _params(
+    variant: Variant, found: Generation, workspace: str | None, launch_id: str | None
+) -> tuple[Param, ...]:
     """What each kernel parameter is given: a call argument's pointer, size or stride,
     a scalar, a constant (constexpr tensors; the workspace's size and stride, which the
-    kernel does not read: it lays the workspace out from its grid), or the workspace."""
+    kernel does not read: it lays the workspace out from its grid), the workspace, or
+    the launch's id."""
     known: dict[str, Param] = {}
     passed = []
     for name, tensor in zip(found.names, found.tensors, strict=True):
         if tensor.constexpr:
             known[tensor.name] = Param(tensor.name, "constant", -1, value=tensor.value)
+        elif name == launch_id:
+            known[tensor.name] = Param(tensor.name, "launch", -1)
         elif name == workspace:
             known[tensor.pointer_string()] = Param(tensor.pointer_string(), "workspace", -1)
             for dim in range(tensor.ndim):
@@ -378,6 +383,9 @@ def _signature(
         if param.kind == "workspace":  # allocated by the launcher, 128-byte aligned
             signature.append("*i32")
             divisible.append(position)
+            continue
+        if param.kind == "launch":
+            signature.append("i64")
             continue
         arg = args[param.arg]
         if param.kind == "scalar":

@@ -42,6 +42,7 @@ _KINDS = {
     "stride": "NT_STRIDE",
     "scalar": "NT_SCALAR",
     "workspace": "NT_WORKSPACE",
+    "launch": "NT_LAUNCH",
 }
 _COALESCE = {"all": "NT_COALESCE_ALL", "leading": "NT_COALESCE_LEADING", "none": "NT_COALESCE_NONE"}
 
@@ -218,7 +219,7 @@ def _kernel(
         params.append(
             {
                 "kind": _KINDS[param.kind],
-                "arg": max(param.arg, 0),  # the workspace (-1) is no argument
+                "arg": max(param.arg, 0),  # the workspace and launch id (-1) are no argument
                 "dim": at,
                 "type": "NT_PTR" if type_.startswith("*") else _TYPES[type_],
             }

@@ -79,6 +79,9 @@ class VariantSpace:
     # A premake parameter the launcher allocates per launch instead of the caller
     # passing it (its size: the kernel file's `workspace(config)`, per program).
     workspace: str | None = None
+    # A premake scalar (int64) the launcher sets to a number no other launch of the
+    # process has, e.g. to tag counters in a workspace it need not zero.
+    launch_id: str | None = None
 
     @property
     def allows_in_place(self) -> bool:

@@ -51,11 +51,11 @@ def candidates(variant, bucket):
 application = matmul.application_addmm
 
 
-def arrangement(input, mat1, mat2, beta, alpha, output, workspace, *constants, **blocks):
+def arrangement(input, mat1, mat2, beta, alpha, output, workspace, launch, *constants, **blocks):
     """One program per output tile; the added tensor read tile for tile with it."""
     left, right, output = matmul.arrange(mat1, mat2, output, **blocks)
     bias = matmul.arrange_like_output(input, output, blocks["block_size_m"], blocks["block_size_n"])
-    return (bias, left, right, beta, alpha, output, matmul.whole(workspace), *constants)
+    return (bias, left, right, beta, alpha, output, matmul.whole(workspace), launch, *constants)
 
 
 def premake(ndim, dtype, fp32_precision="tf32", spec=None, **config):

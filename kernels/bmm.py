@@ -38,9 +38,14 @@ def candidates(variant, bucket):
 application = matmul.application_bmm
 
 
-def arrangement(input, other, output, workspace, *constants, **blocks):
+def arrangement(input, other, output, workspace, launch, *constants, **blocks):
     """One program per output tile of every batch."""
-    return (*matmul.arrange(input, other, output, **blocks), matmul.whole(workspace), *constants)
+    return (
+        *matmul.arrange(input, other, output, **blocks),
+        matmul.whole(workspace),
+        launch,
+        *constants,
+    )
 
 
 def premake(ndim, dtype, fp32_precision="tf32", spec=None, **config):

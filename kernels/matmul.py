@@ -43,6 +43,7 @@ def space(ndim, unspecialized=()):
         unspecialized=unspecialized,
         in_place=False,
         workspace="workspace",
+        launch_id="launch",
     )
 
 
@@ -130,16 +131,17 @@ def config(variant, bucket):
 # Tried on sm_90 (H100, bf16/fp16). Decode sizes are memory-bound: how many programs
 # share the weight's rows sets the speed (N=4096 in 64-wide tiles: 64 programs for 132
 # multiprocessors), so narrow tiles, long K steps and split K are in the running, and
-# plain loads next to TMA (no descriptors to make per program).
+# plain loads next to TMA (no descriptors to make per program). Split K zeroed its
+# counters with a memset, 2 us of a 16 us product, until `arrive` tagged them instead.
 _PLAIN, _SPLIT = {"tma": False}, {"split": 4}
 _NARROW = [  # up to 64 rows
     (64, 64, 128, 4, 4, {**_PLAIN, **_SPLIT}),
-    (64, 32, 256, 4, 4, _PLAIN),
+    (64, 64, 256, 4, 3, {**_PLAIN, **_SPLIT}),
+    (32, 64, 256, 4, 4, {**_PLAIN, **_SPLIT}),
+    (64, 128, 128, 4, 3, {**_PLAIN, **_SPLIT}),
     (64, 32, 128, 4, 4, _PLAIN),
-    (64, 32, 64, 4, 6, _PLAIN),
+    (64, 32, 256, 4, 4, _PLAIN),
     (32, 32, 256, 4, 4, _PLAIN),
-    (64, 64, 64, 4, 6, _PLAIN),
-    (64, 128, 64, 4, 4, {**_PLAIN, **_SPLIT}),
 ]
 _CANDIDATES = {
     "decode": [
@@ -149,11 +151,13 @@ _CANDIDATES = {
         (16, 32, 128, 4, 6, _PLAIN),
         (16, 64, 128, 4, 6),
         (16, 64, 256, 4, 4, {**_PLAIN, **_SPLIT}),
+        (16, 128, 256, 4, 3, {**_PLAIN, **_SPLIT}),
     ],
     "small": _NARROW,
     "batched": _NARROW,
     "medium": [
         (128, 64, 128, 4, 3, {**_PLAIN, **_SPLIT}),
+        (128, 128, 64, 8, 4, {**_PLAIN, **_SPLIT}),
         (64, 128, 128, 4, 3, _SPLIT),
         (64, 64, 128, 4, 4, _PLAIN),
         (128, 64, 64, 4, 4, _PLAIN),
@@ -397,7 +401,7 @@ def product(
     a, batch, M, K, sa_b, sa_m, sa_k,
     b, N, sb_b, sb_k, sb_n,
     c, sc_b, sc_m, sc_n,
-    bias, sd_b, sd_m, sd_n, beta, alpha, workspace,
+    bias, sd_b, sd_m, sd_n, beta, alpha, workspace, launch,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, TMA: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr,
     WARP_SPECIALIZE: tl.constexpr, FLATTEN: tl.constexpr, PRECISION: tl.constexpr,
@@ -420,7 +424,7 @@ def product(
         product_part(
             a, b, c, a_desc, b_desc, c_desc, batch, M, N, K, sa_b, sa_m, sa_k,
             sb_b, sb_k, sb_n, sc_b, sc_m, sc_n, bias, sd_b, sd_m, sd_n, beta, alpha,
-            workspace, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, TMA, A_T, B_T, PRECISION,
+            workspace, launch, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, TMA, A_T, B_T, PRECISION,
             HAS_BIAS, BATCHED,
         )  # fmt: skip
     else:
@@ -444,18 +448,37 @@ def product(
 
 
 @triton.jit
+def arrive(slot, launch):
+    """Count one more part of a tile done, and return how many are. The counter tags
+    its count with the launch's id (unique in the process): the workspace comes
+    unzeroed, and whatever it held before is another launch's count or no count. A
+    graph replays its launch id, so the last part clears the counter."""
+    tag = launch * 16
+    done = False
+    count = tag - tag  # an int64 zero: loop-carried values keep their type
+    while not done:
+        # Scalar atomics run once per program and their result reaches every thread:
+        # a plain load could differ between threads and split them across the loop.
+        seen = tl.atomic_add(slot, 0, sem="acquire", scope="gpu")
+        wanted = tl.where(seen // 16 == launch, seen + 1, tag + 1)
+        done = tl.atomic_cas(slot, seen, wanted, sem="acq_rel", scope="gpu") == seen
+        count = wanted - tag
+    return count
+
+
+@triton.jit
 def product_part(
     a, b, c, a_desc, b_desc, c_desc, batch, M, N, K, sa_b, sa_m, sa_k,
-    sb_b, sb_k, sb_n, sc_b, sc_m, sc_n, bias, sd_b, sd_m, sd_n, beta, alpha, workspace,
+    sb_b, sb_k, sb_n, sc_b, sc_m, sc_n, bias, sd_b, sd_m, sd_n, beta, alpha, workspace, launch,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, TMA: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr,
     PRECISION: tl.constexpr, HAS_BIAS: tl.constexpr, BATCHED: tl.constexpr,
 ):  # fmt: skip
     """Split K: program pid sums part pid % parts of K for tile pid // parts (the
     parts of a tile run side by side) and leaves its fp32 sum in the workspace; the
-    last part to arrive (a counter per tile, zeroed by the launcher) adds the parts up
-    in order, so the result does not depend on who arrived when, and stores it.
-    Workspace: a counter per program, then a BLOCK_M x BLOCK_N fp32 tile per program."""
+    last part to arrive (`arrive`) adds the parts up in order, so the result does not
+    depend on who arrived when, and stores it. Workspace: an int64 counter per
+    program, then a BLOCK_M x BLOCK_N fp32 tile per program."""
     num_m = tl.cdiv(M, BLOCK_M)
     num_n = tl.cdiv(N, BLOCK_N)
     per_batch = num_m * num_n
@@ -476,11 +499,12 @@ def product_part(
         )  # fmt: skip
         accumulator = tl.dot(left, right, accumulator, input_precision=PRECISION)
     if parts > 1:
-        partials = (workspace + tl.cdiv(programs, 32) * 32).to(tl.pointer_type(tl.float32))
+        counters = workspace.to(tl.pointer_type(tl.int64))
+        partials = (workspace + tl.cdiv(programs, 16) * 32).to(tl.pointer_type(tl.float32))
         within = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
         tl.store(partials + pid * (BLOCK_M * BLOCK_N) + within, accumulator)
         tl.debug_barrier()  # every thread's part stored before the counter says so
-        if tl.atomic_add(workspace + tile, 1, sem="acq_rel", scope="gpu") == parts - 1:
+        if arrive(counters + tile, launch) == parts:
             accumulator = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for part in range(parts):
                 slot = partials + (tile * parts + part) * (BLOCK_M * BLOCK_N) + within
@@ -489,6 +513,7 @@ def product_part(
                 accumulator, c, c_desc, z, m, n, M, N, sc_b, sc_m, sc_n,
                 bias, sd_b, sd_m, sd_n, beta, alpha, BLOCK_M, BLOCK_N, TMA, HAS_BIAS, BATCHED,
             )  # fmt: skip
+            tl.store(counters + tile, 0)  # a graph's replay finds no count of its own
     else:
         finish(
             accumulator, c, c_desc, z, m, n, M, N, sc_b, sc_m, sc_n,
@@ -497,10 +522,11 @@ def product_part(
 
 
 def workspace(config):
-    """Split configurations: per program, a tile counter (zeroed) and an fp32 tile."""
+    """Split configurations: per program, a tile counter (int64: `arrive` needs no
+    zeroed memory) and an fp32 tile of partial sums."""
     if config.split <= 1:
         return (0, 0)
-    return (4 + 4 * config.premake["block_size_m"] * config.premake["block_size_n"], 4)
+    return (8 + 4 * config.premake["block_size_m"] * config.premake["block_size_n"], 0)
 
 
 # ---- the applications: `product` over the source tensors -----------------------------
@@ -509,7 +535,7 @@ def workspace(config):
 
 
 def application_mm(
-    input, other, output, workspace,
+    input, other, output, workspace, launch,
     block_m, block_n, block_k, group_m, tma, a_t, b_t, ws, flat, precision, split,
 ):  # fmt: skip
     product(
@@ -518,14 +544,14 @@ def application_mm(
         other.source.data_ptr(), other.source.shape[1],
         0, other.source.stride(0), other.source.stride(1),
         output.source.data_ptr(), 0, output.source.stride(0), output.source.stride(1),
-        output.source.data_ptr(), 0, 0, 0, 0.0, 1.0, workspace.source.data_ptr(),
+        output.source.data_ptr(), 0, 0, 0, 0.0, 1.0, workspace.source.data_ptr(), launch,
         block_m, block_n, block_k, group_m, tma, a_t, b_t, ws, flat, precision, split,
         False, False,
     )  # fmt: skip
 
 
 def application_bmm(
-    input, other, output, workspace,
+    input, other, output, workspace, launch,
     block_m, block_n, block_k, group_m, tma, a_t, b_t, ws, flat, precision, split,
 ):  # fmt: skip
     product(
@@ -536,14 +562,14 @@ def application_bmm(
         other.source.stride(0), other.source.stride(1), other.source.stride(2),
         output.source.data_ptr(),
         output.source.stride(0), output.source.stride(1), output.source.stride(2),
-        output.source.data_ptr(), 0, 0, 0, 0.0, 1.0, workspace.source.data_ptr(),
+        output.source.data_ptr(), 0, 0, 0, 0.0, 1.0, workspace.source.data_ptr(), launch,
         block_m, block_n, block_k, group_m, tma, a_t, b_t, ws, flat, precision, split,
         False, True,
     )  # fmt: skip
 
 
 def application_addmm(
-    input, mat1, mat2, beta, alpha, output, workspace,
+    input, mat1, mat2, beta, alpha, output, workspace, launch,
     block_m, block_n, block_k, group_m, tma, a_t, b_t, ws, flat, precision, split,
 ):  # fmt: skip
     product(
@@ -553,7 +579,7 @@ def application_addmm(
         0, mat2.source.stride(0), mat2.source.stride(1),
         output.source.data_ptr(), 0, output.source.stride(0), output.source.stride(1),
         input.source.data_ptr(), 0, input.source.stride(0), input.source.stride(1),
-        beta, alpha, workspace.source.data_ptr(),
+        beta, alpha, workspace.source.data_ptr(), launch,
         block_m, block_n, block_k, group_m, tma, a_t, b_t, ws, flat, precision, split,
         True, False,
     )  # fmt: skip
@@ -561,8 +587,9 @@ def application_addmm(
 
 def tensors(kind, ndim, dtype, spec, fp32_precision, split=1, **config):
     """The premake tensors of mm, bmm or addmm (`kind`): the operands, the workspace
-    (split configurations' partial sums: the launcher allocates it), and the
-    configuration as constexpr tensors; and the block sizes the arrangement tiles by."""
+    (split configurations' partial sums: the launcher allocates it) and the launch's
+    id (the launcher sets it), the configuration as constexpr tensors; and the block
+    sizes the arrangement tiles by."""
     blocks = {name: config[name] for name in ("block_size_m", "block_size_n", "block_size_k")}
     choices = (
         fp32_precision,
@@ -586,7 +613,8 @@ def tensors(kind, ndim, dtype, spec, fp32_precision, split=1, **config):
     else:
         operands = tuple(Tensor(ndim, dtype=dtype, other=0) for _ in range(3))
         fixed = constants(ndim, dtype, spec, (0, 1), *choices)
-    return (*operands, Tensor(1, dtype=ninetoothed.int32), *fixed), blocks
+    workspace, launch = Tensor(1, dtype=ninetoothed.int32), Tensor(0, dtype=ninetoothed.int64)
+    return (*operands, workspace, launch, *fixed), blocks
 
 
 def whole(workspace):

@@ -27,10 +27,15 @@ workspace = matmul.workspace
 application = matmul.application_mm
 
 
-def arrangement(input, other, output, workspace, *constants, **blocks):
+def arrangement(input, other, output, workspace, launch, *constants, **blocks):
     """One program per output tile (persistent and split configurations reshape the
     grid at launch)."""
-    return (*matmul.arrange(input, other, output, **blocks), matmul.whole(workspace), *constants)
+    return (
+        *matmul.arrange(input, other, output, **blocks),
+        matmul.whole(workspace),
+        launch,
+        *constants,
+    )
 
 
 def premake(ndim, dtype, fp32_precision="tf32", spec=None, **config):

@@ -110,11 +110,11 @@ def _tune_bucket(variant, tuning, bucket, repeats, log):
         references.append(found[-1])
         for index, value in enumerate(found[:-1]):
             times[index].append(value)
-    totals = [sum(sample_times) for sample_times in times]
-    best = min(range(len(candidates)), key=totals.__getitem__)
+    best = winner(times)
     log(
         f"{variant['id']} {bucket['name']}: candidate {best} of {len(candidates)} "
-        f"({totals[best]:.1f} us over {len(references)} calls; torch {sum(references):.1f} us)"
+        f"({sum(times[best]):.1f} us over {len(references)} calls; "
+        f"torch {sum(references):.1f} us)"
     )
     return {
         "config": candidates[best],
@@ -123,6 +123,19 @@ def _tune_bucket(variant, tuning, bucket, repeats, log):
         "torch_us": references,
         "samples": bucket["samples"],
     }
+
+
+def winner(times):
+    """The candidate whose times are nearest the best of each sample call, by geometric
+    mean: a configuration that is slow on one shape of a bucket loses even where it
+    gains on the largest (least total time would let the largest call decide)."""
+    best = [min(column) for column in zip(*times, strict=True)]
+
+    def spread(index):
+        ratios = [time / fastest for time, fastest in zip(times[index], best, strict=True)]
+        return math.prod(ratios) ** (1 / len(ratios))
+
+    return min(range(len(times)), key=spread)
 
 
 def _candidate_call(variant, bucket, index, function):
@@ -211,7 +224,8 @@ def _provenance(manifest, started):
         "date": started.isoformat(timespec="seconds"),
         "method": "CUDA events; per sample, the candidates and torch take turns over "
         f"repeats of calls whose inputs rotate through {ROTATION_BYTES >> 20} MiB; median "
-        "per call; winner: least total time over the samples",
+        "per call; winner: least geometric mean over the samples of its time over the "
+        "sample's best",
     }
 
 

@@ -64,17 +64,19 @@ def maker(build_dir):
         }
         kernel._launch.__globals__.update(helpers)
         _keep_constexprs(kernel._kernel)
-        # Constexpr tensors (a configuration's choices) are passed last, by value; a
-        # workspace (the launcher's, for split configurations) as a small dummy.
+        # Constexpr tensors (a configuration's choices) are passed last, by value; what
+        # the launcher gives (a workspace for split configurations, the launch's id)
+        # as a small dummy and a 1.
         constants = [tensor.value for tensor in tensors if tensor.constexpr]
         names = application.__code__.co_varnames[: application.__code__.co_argcount]
-        workspace = registry[op].module.SPACE.workspace
-        at = names.index(workspace) if workspace else None
+        space = registry[op].module.SPACE
+        given = {space.workspace: torch.zeros(1, dtype=torch.int32), space.launch_id: 1}
+        given = {names.index(name): value for name, value in given.items() if name}
 
         def call(*args):
             args = list(args)
-            if at is not None:
-                args.insert(at, torch.zeros(1, dtype=torch.int32))
+            for at in sorted(given):
+                args.insert(at, given[at])
             return kernel(*args, *constants)
 
         return call
@@ -209,8 +211,9 @@ def check_matrix_products_through_tma(make):
 
 def check_split_k():
     """Split K (grid = tiles x parts): each part's partial sum in the workspace, the
-    last part of a tile to arrive adds them up; with the launcher's workspace layout
-    (a zeroed counter per program, then a tile of fp32 per program)."""
+    last part of a tile to arrive adds them up. The workspace comes as the launcher
+    gives it, unzeroed (an int64 counter per program, then a tile of fp32 per
+    program); a replayed graph launches again with the same launch id."""
     import triton
     import triton.language as tl
 
@@ -218,24 +221,29 @@ def check_split_k():
     from ntops_aot.kernels.matmul import product
 
     @triton.jit
-    def split(a, b, c, workspace, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    def split(
+        a, b, c, workspace, launch, M, N, K,
+        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+    ):  # fmt: skip
         product(
             a, 1, M, K, 0, K, 1, b, N, 0, N, 1, c, 0, N, 1, c, 0, 0, 0, 0.0, 1.0, workspace,
-            BM, BN, BK, 8, False, False, False, False, False, "ieee", True, False, False,
+            launch, BM, BN, BK, 8, False, False, False, False, False, "ieee", True, False, False,
         )  # fmt: skip
 
     a, b = torch.randn(37, 200), torch.randn(200, 29)
-    blocks = (16, 16, 16)
     tiles = 3 * 2
     for parts in (1, 3, 5):
-        c = torch.full((37, 29), float("nan"))
         programs = tiles * parts
-        workspace = torch.zeros(programs * (1 + 16 * 16) + 32, dtype=torch.int32)
-        split[(programs,)](a, b, c, workspace, 37, 29, 200, *blocks)
-        # Parts sum in another order than torch: fp32 rounding apart, equal.
-        torch.testing.assert_close(c, a @ b, rtol=1e-5, atol=1e-4, msg=f"{parts} parts")
-        if parts > 1:
-            assert workspace[:tiles].tolist() == [parts] * tiles  # every part counted
+        # Garbage, as recycled memory holds: noise, and counts another launch (5) left.
+        workspace = torch.randint(-(2**31), 2**31 - 1, (programs * 258 + 32,), dtype=torch.int32)
+        workspace.view(torch.int64)[: tiles // 2] = 5 * 16 + 2
+        for launch in (7, 7, 8):  # 7 twice: a graph replay
+            c = torch.full((37, 29), float("nan"))
+            split[(programs,)](a, b, c, workspace, launch, 37, 29, 200, 16, 16, 16)
+            # Parts sum in another order than torch: fp32 rounding apart, equal.
+            torch.testing.assert_close(c, a @ b, rtol=1e-5, atol=1e-4, msg=f"{parts} parts")
+        if parts > 1:  # every counter cleared by its tile's last part
+            assert workspace.view(torch.int64)[:tiles].tolist() == [0] * tiles
 
 
 def check_attention(make):
