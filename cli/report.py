@@ -7,6 +7,8 @@ import pathlib
 from collections.abc import Mapping
 from typing import Any
 
+from ntops_aot.aot.space import Config
+
 
 def describe_wheel(
     wheel: pathlib.Path, manifest: Mapping[str, Any], sizes: Mapping[str, int]
@@ -77,17 +79,6 @@ def _buckets(ops: Mapping[str, Any], variants: list[Mapping[str, Any]]) -> list[
             low = (upto or 0) + 1
         for bucket in spans:
             choice = variant["buckets"][bucket]
-            config = _config(choice["config"])
+            config = Config.from_dict(choice["config"])
             lines.append(f"      {bucket:<10} {spans[bucket]:<10} {config} [{choice['from']}]")
     return lines
-
-
-def _config(config: Mapping[str, Any]) -> str:
-    """As `Config.__str__` writes it (the manifest's kernels carry that form)."""
-    parts = [f"{name}={value}" for name, value in sorted(config["premake"].items())]
-    parts += [f"warps={config['num_warps']}", f"stages={config['num_stages']}"]
-    if config.get("persistent"):
-        parts.append(f"persistent={config['persistent']}")
-    if config.get("num_ctas", 1) != 1:
-        parts.append(f"ctas={config['num_ctas']}")
-    return " ".join(parts)
