@@ -19,6 +19,7 @@ import zipfile
 
 import pytest
 
+from ntops_aot.aot.cache import FORMAT
 from tests.wheels import install
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -181,7 +182,7 @@ def test_a_killed_build_finishes_from_the_cache_with_the_same_bytes(project, ref
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    entries = project.root / "gen" / "cache" / "v1" / "kernels"
+    entries = project.root / "gen" / "cache" / f"v{FORMAT}" / "kernels"
     deadline = time.monotonic() + 120
     while not list(entries.glob("*/*.pickle")) and time.monotonic() < deadline:
         time.sleep(0.02)
