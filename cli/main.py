@@ -107,15 +107,21 @@ def main() -> None:
 def build(**values: Any) -> None:
     """Compile every selected variant (the cache permitting) and write the wheel."""
     options = _resolve(values)
+    result = _build(options)
+    if options.ptx:
+        _warn_ptx(result)
+    sys.exit(result.exit_code)
+
+
+def _build(options: config.BuildOptions) -> pipeline.BuildResult:
+    """Build with a progress display, and print what was written."""
     progress = Progress()
     try:
         result = pipeline.build(options, progress)
     finally:
         progress.finish()
     _summary(result)
-    if options.ptx:
-        _warn_ptx(result)
-    sys.exit(result.exit_code)
+    return result
 
 
 def _warn_ptx(result: pipeline.BuildResult) -> None:
@@ -146,13 +152,7 @@ def tune(**values: Any) -> None:
     declare a TUNING. Install it on a GPU machine next to torch and run
     `python -m ntops_prebuilt.tune --out ARCH.json`; commit the table as
     kernels/tuning/ARCH.json and `ntops-aot build` compiles its winners."""
-    options = dataclasses.replace(_resolve(values), candidates=True)
-    progress = Progress()
-    try:
-        result = pipeline.build(options, progress)
-    finally:
-        progress.finish()
-    _summary(result)
+    result = _build(dataclasses.replace(_resolve(values), candidates=True))
     arches = ",".join(dict.fromkeys(v.arch for v in result.variants))
     click.echo(
         f"next, on a GPU machine of {arches} with torch: pip install {result.wheel.name} && "
