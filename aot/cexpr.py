@@ -11,7 +11,7 @@ from ntops_aot.aot.errors import UnsupportedKernel
 
 _OPERATORS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*"}
 _FUNCTIONS = {ast.FloorDiv: "nt_floordiv", ast.Mod: "nt_floormod"}
-_CALLS = {"min": "nt_min", "max": "nt_max"}  # two arguments each
+_CALLS = {"min": ("nt_min", 2), "max": ("nt_max", 2), "parts": ("nt_parts", 3)}
 
 
 def to_c(expression: str, names: Mapping[str, str]) -> str:
@@ -37,12 +37,12 @@ def _emit(node: ast.AST, names: Mapping[str, str], whole: str) -> str:
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Name)
         and node.func.id in _CALLS
-        and len(node.args) == 2
+        and len(node.args) == _CALLS[node.func.id][1]
         and not node.keywords
     ):
-        left, right = (_emit(arg, names, whole) for arg in node.args)
-        return f"{_CALLS[node.func.id]}({left}, {right})"
+        args = ", ".join(_emit(arg, names, whole) for arg in node.args)
+        return f"{_CALLS[node.func.id][0]}({args})"
     raise UnsupportedKernel(
         f"launch grid {whole!r}: cannot evaluate {ast.unparse(node)!r} in the launcher "
-        "(integer +, -, *, //, %, min and max over sizes and constants only)"
+        "(integer +, -, *, //, %, min, max and split K's parts over sizes and constants only)"
     )

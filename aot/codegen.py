@@ -203,16 +203,34 @@ def _ninetoothed(
 def _launched(grid: str, config: Config) -> str:
     """The grid a configuration launches, in programs (a program is a cluster of
     `num_ctas` blocks). Persistent: the tiles, but at most so many blocks per
-    multiprocessor (the kernel loops over the tiles). Split: the tiles times the split
-    factor that brings the blocks nearest the multiprocessor count from below, between
-    1 and `config.split` (the kernel divides its work by it)."""
+    multiprocessor (the kernel loops over the tiles). Split: the tiles times the parts
+    (`parts`, between 1 and `config.split`) that fill the last wave of programs (the
+    kernel divides its work by them)."""
     slots = f"{MULTIPROCESSORS} // {config.num_ctas}" if config.num_ctas > 1 else MULTIPROCESSORS
     if config.persistent:
         return f"min({grid}, max(1, {slots} * {config.persistent}))"
     if config.split > 1:
-        factor = f"max(1, min({config.split}, ({slots}) // ({grid})))"
-        return f"({grid}) * {factor}"
+        return f"({grid}) * parts({grid}, {slots}, {config.split})"
     return grid
+
+
+def parts(tiles: int, slots: int, most: int) -> int:
+    """Split K's parts, as the launcher's `nt_parts` picks them: the fewest (1 to
+    `most`) whose programs fill their last wave over `slots` multiprocessors to 90%
+    or more, else those that fill it most. Memory-bound products (decode sizes) run at
+    the speed of their fullest waves: 192 tiles on 132 multiprocessors leave the second
+    wave 45% full; cut in 2, 384 programs fill 3 waves to 97%."""
+    best, best_fill = 1, -1
+    if tiles <= 0 or slots <= 0:
+        return 1
+    for count in range(1, most + 1):
+        programs = tiles * count
+        fill = programs * 100 // (-(-programs // slots) * slots)
+        if fill >= 90:
+            return count
+        if fill > best_fill:
+            best, best_fill = count, fill
+    return best
 
 
 def _module(source: str, width: int) -> str:

@@ -252,15 +252,25 @@ def test_matmul_rows_pick_the_bucket_in_c(plan, rows, bucket):
     assert "@" not in fallback["kernel"]
 
 
-def test_split_grids_fill_the_multiprocessors():
-    """Split-K configurations launch the tiles times the factor that brings the
-    programs nearest the multiprocessors from below, between 1 and the split."""
+def test_split_grids_fill_the_last_wave():
+    """Split-K configurations launch the tiles times the fewest parts (up to the
+    split) that fill the programs' last wave over the multiprocessors to 90%, else the
+    parts that fill it most."""
     from ntops_aot.aot import codegen
     from ntops_aot.aot.space import Config
 
     grid = codegen._launched("tiles", Config({}, 4, 4, split=4))
-    for tiles, programs in ((20, 80), (40, 120), (64, 128), (96, 96), (200, 200)):
-        assert eval(grid, {"tiles": tiles, "multiprocessors": 132}) == programs
+    names = {"multiprocessors": 132, "parts": codegen.parts}
+    # 96 tiles: one wave 73% full, 384 programs fill 3 waves to 97%; 200 tiles: 2
+    # waves 76% full, in 3 parts 5 waves 91% full; 20 tiles: never 90%, 4 parts fill most.
+    for tiles, programs in ((20, 80), (40, 120), (64, 128), (96, 384), (200, 600), (132, 132)):
+        assert eval(grid, names | {"tiles": tiles}) == programs
+    for tiles in range(1, 600):
+        for most in (1, 2, 4, 8):
+            chosen = codegen.parts(tiles, 132, most)
+            fills = [tiles * p / (-(-tiles * p // 132) * 132) for p in range(1, most + 1)]
+            full = [p for p, fill in enumerate(fills, 1) if fill >= 0.9]
+            assert chosen == (full[0] if full else fills.index(max(fills)) + 1)
 
 
 def test_an_op_the_wheel_lacks_names_the_command_that_adds_it(installed):

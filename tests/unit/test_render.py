@@ -5,7 +5,7 @@ import subprocess
 import jinja2
 import pytest
 
-from ntops_aot.aot import cexpr, package, render
+from ntops_aot.aot import cexpr, codegen, package, render
 from ntops_aot.aot.errors import UnsupportedKernel
 
 STRICT = ("-Wall", "-Wextra", "-Werror", "-Wshadow", "-Wstrict-prototypes", "-Wmissing-prototypes")
@@ -44,39 +44,45 @@ def test_grids_become_integer_c():
     )
     assert cexpr.to_c("-m * 2 % n", names) == "nt_floormod(((-M) * INT64_C(2)), N)"
     assert cexpr.to_c("min(n, m * 2)", names) == "nt_min(N, (M * INT64_C(2)))"
-    for unsupported in ("n / 2", "n ** 2", "abs(n)", "max(n)", "k + 1", "n + 0.5"):
+    assert cexpr.to_c("parts(n, m, 4)", names) == "nt_parts(N, M, INT64_C(4))"
+    for unsupported in ("n / 2", "n ** 2", "abs(n)", "max(n)", "k + 1", "n + 0.5", "parts(n, m)"):
         with pytest.raises(UnsupportedKernel):
             cexpr.to_c(unsupported, names)
+
+
+def _run_harness(build_dir, tmp_path, body):
+    """Compile `body` (C statements) against the small build's kernels.c and run it:
+    its standard output's lines."""
+    harness = tmp_path / "harness.c"
+    harness.write_text(
+        f'#include <stdio.h>\n#include "kernels.c"\nint main(void) {{\n{body}    return 0;\n}}\n'
+    )
+    include = [f"-I{path}" for path in [*package.include_dirs(), build_dir / "extension" / "all"]]
+    binary = tmp_path / "harness"
+    cubins = build_dir / "extension" / "all" / "cubins.S"
+    command = [package.compiler(), "-std=gnu11", *include, str(harness), str(cubins), "-o"]
+    subprocess.run([*command, str(binary)], check=True)
+    run = subprocess.run([str(binary)], capture_output=True, text=True, check=True)
+    return [line for line in run.stdout.split("\n") if line]
 
 
 def test_grid_arithmetic_matches_python(small_build, build_dir, tmp_path):
     """nt_floordiv and nt_floormod as compiled must give Python's answers."""
     pairs = [(7, 2), (-7, 2), (7, -2), (-7, -2), (0, 5), (-1, 1024), (1023, 1024), (2**40 + 3, 7)]
-    harness = tmp_path / "harness.c"
     calls = "".join(
         f'    printf("%lld %lld\\n", (long long)nt_floordiv({a}LL, {b}LL),'
         f" (long long)nt_floormod({a}LL, {b}LL));\n"
         for a, b in pairs
     )
-    harness.write_text(
-        f'#include <stdio.h>\n#include "kernels.c"\nint main(void) {{\n{calls}    return 0;\n}}\n'
+    lines = _run_harness(build_dir, tmp_path, calls)
+    assert [tuple(map(int, line.split())) for line in lines] == [(a // b, a % b) for a, b in pairs]
+
+
+def test_split_parts_match_python(small_build, build_dir, tmp_path):
+    """The launcher's nt_parts, as compiled, picks the parts codegen.parts does."""
+    cases = [(t, s, m) for t in range(0, 700, 7) for s in (66, 78, 114, 132) for m in (1, 4, 8)]
+    calls = "".join(
+        f'    printf("%lld\\n", (long long)nt_parts({t}LL, {s}LL, {m}LL));\n' for t, s, m in cases
     )
-    include = [f"-I{path}" for path in [*package.include_dirs(), build_dir / "extension" / "all"]]
-    binary = tmp_path / "harness"
-    cubins = build_dir / "extension" / "all" / "cubins.S"
-    command = [
-        package.compiler(),
-        "-std=gnu11",
-        *include,
-        str(harness),
-        str(cubins),
-        "-o",
-        str(binary),
-    ]
-    subprocess.run(command, check=True)
-    lines = subprocess.run([str(binary)], capture_output=True, text=True, check=True).stdout.split(
-        "\n"
-    )
-    assert [tuple(map(int, line.split())) for line in lines if line] == [
-        (a // b, a % b) for a, b in pairs
-    ]
+    lines = _run_harness(build_dir, tmp_path, calls)
+    assert [int(line) for line in lines] == [codegen.parts(*case) for case in cases]
