@@ -13,6 +13,7 @@ each sample's best (`winner`). Nothing here needs more than torch and the wheel.
 import argparse
 import ctypes
 import datetime
+import functools
 import json
 import math
 import statistics
@@ -197,38 +198,27 @@ def _check(variant, function, reference, operands):
 
 def _time_together(functions, sets, repeats):
     """Median device µs per call of each function over `repeats` rounds, each round
-    running every function over every input set back to back, functions taking turns.
-    The calls queue behind a GPU sleep longer than the host takes to issue them, so the
-    device runs them back to back and the events time its work alone: without it a
-    call's host overhead (torch's dispatch, our launch) shows up in the time of the
-    kernels it issues, and moves the winner."""
+    running every function over every input set back to back, functions taking turns,
+    timed by `gpu_us`: without the sleep a call's host overhead (torch's dispatch, our
+    launch) shows up in the time of the kernels it issues, and moves the winner."""
     for function in functions:
         for operands in sets[:2]:
             function(*operands)
-    rate = _sleep_cycles_per_us()
     samples = [[] for _ in functions]
     for _ in range(repeats):
         for function, found in zip(functions, samples, strict=True):
-            torch.cuda.synchronize()
-            issued = time.perf_counter()
-            for operands in sets:
-                function(*operands)
-            torch.cuda.synchronize()
-            host_us = (time.perf_counter() - issued) * 1e6
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            torch.cuda._sleep(int((1.5 * host_us + 100) * rate))
-            start.record()
-            for operands in sets:
-                function(*operands)
-            end.record()
-            end.synchronize()
-            found.append(start.elapsed_time(end) * 1000 / len(sets))
+
+            def over_sets(function=function):
+                for operands in sets:
+                    function(*operands)
+
+            found.append(gpu_us(over_sets, 1, wall_us(over_sets, 1)) / len(sets))
     return [round(statistics.median(found), 2) for found in samples]
 
 
-def _sleep_cycles_per_us():
-    """The rate of torch.cuda._sleep (it counts GPU clock cycles), measured."""
+@functools.cache
+def cycles_per_us():
+    """The rate of torch.cuda._sleep, measured once: it counts GPU clock cycles."""
     start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
     torch.cuda._sleep(1000)
     start.record()
@@ -236,6 +226,32 @@ def _sleep_cycles_per_us():
     end.record()
     end.synchronize()
     return 10**7 / (start.elapsed_time(end) * 1e3)
+
+
+def wall_us(fn, calls):
+    """Host µs per call of `calls` calls of `fn`, from an idle device until it is idle."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def gpu_us(fn, calls, host_us):
+    """Device µs per call: CUDA events around `calls` back-to-back calls, queued behind a
+    GPU sleep longer than the host takes to issue them (`host_us` per call, with a margin
+    for a clock that varies): the device then runs them back to back, and the events
+    time its work, not the host's. `make bench-layer` times by it too."""
+    start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+    torch.cuda.synchronize()
+    torch.cuda._sleep(int((1.5 * host_us * calls + 100) * cycles_per_us()))
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / calls
 
 
 def _provenance(manifest, started):

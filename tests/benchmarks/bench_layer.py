@@ -7,9 +7,10 @@ layer's kernels one by one against torch's.
 Every result is checked against torch before anything is timed. Wall us: perf_counter
 around back-to-back calls, one synchronize at the end. GPU us: CUDA events around
 back-to-back calls queued behind a GPU sleep, so that the device runs them without the
-gaps a slower host leaves. Medians of repeats, the methods taking turns. torch.compile
-imports Triton, which the ntops_prebuilt runs must do without: its columns come from a
-child process (this script with --compiled-worker).
+gaps a slower host leaves (ntops_prebuilt.tune's `gpu_us`: the tuner picks by it
+too). Medians of repeats, the methods taking turns. torch.compile imports Triton, which
+the ntops_prebuilt runs must do without: its columns come from a child process (this
+script with --compiled-worker).
 """
 
 import argparse
@@ -21,9 +22,10 @@ import math
 import statistics
 import subprocess
 import sys
-import time
 
 import torch
+
+from ntops_prebuilt.tune import gpu_us, wall_us  # the tuner's timing, shared
 
 F = torch.nn.functional
 BF16 = torch.bfloat16
@@ -299,42 +301,6 @@ def eager_and_graph(name, eager, graph, fn, reference):
     return {eager: fn, graph: replay}, errors
 
 
-@functools.cache
-def cycles_per_us():
-    """The rate of torch.cuda._sleep, measured once: it counts GPU clock cycles."""
-    start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-    torch.cuda._sleep(1000)
-    start.record()
-    torch.cuda._sleep(10**7)
-    end.record()
-    end.synchronize()
-    return 10**7 / (start.elapsed_time(end) * 1e3)
-
-
-def wall_us(fn, calls):
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / calls * 1e6
-
-
-def gpu_us(fn, calls, host_us):
-    """CUDA events around `calls` back-to-back calls, queued behind a GPU sleep longer than
-    the host takes to issue them (`host_us`, with a margin for a clock that varies): the
-    device then runs them back to back, and the events time its work, not the host's."""
-    start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-    torch.cuda.synchronize()
-    torch.cuda._sleep(int((1.5 * host_us + 100) * cycles_per_us()))
-    start.record()
-    for _ in range(calls):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1e3 / calls
-
-
 def measure(methods, effort):
     """Median wall us and GPU us per call of each of `methods` (name -> fn), the methods
     taking turns loop by loop so that machine noise hits them alike."""
@@ -346,7 +312,7 @@ def measure(methods, effort):
         for name, fn in methods.items():
             wall = wall_us(fn, effort.calls)
             samples[name][0].append(wall)
-            samples[name][1].append(gpu_us(fn, effort.calls, wall * effort.calls))
+            samples[name][1].append(gpu_us(fn, effort.calls, wall))
     median = statistics.median
     return {
         name: {"wall_us": median(wall), "gpu_us": median(gpu)}
