@@ -60,6 +60,19 @@ class CompiledKernel:
         return hashlib.sha256(self.cubin).hexdigest()
 
 
+def _deepest(error: BaseException) -> str:
+    """What went wrong and where: Triton reports an error inside a called Triton
+    function as the call site's error caused by the callee's, down to the line that
+    failed, caused by what failed there; the outermost says neither."""
+    located, chain = error, [error]
+    while chain[-1].__cause__ is not None:
+        chain.append(chain[-1].__cause__)
+    located = next((e for e in reversed(chain) if hasattr(e, "src")), chain[-1])
+    if located is chain[-1] or str(chain[-1]) in str(located):
+        return str(located)
+    return f"{located}\n{type(chain[-1]).__name__}: {chain[-1]}"
+
+
 def compile_kernel(kernel: GeneratedKernel) -> CompiledKernel:
     """Compile one specialisation; `toolchain.use_target` must describe its arch."""
     import triton
@@ -93,7 +106,7 @@ def compile_kernel(kernel: GeneratedKernel) -> CompiledKernel:
     try:
         compiled = triton.compile(source, target=gpu_target, options=options.__dict__)
     except Exception as error:
-        raise CompileError(kernel.id, f"Triton failed: {error}", _reproduce(kernel)) from error
+        raise CompileError(kernel.id, f"Triton failed: {_deepest(error)}", _reproduce(kernel)) from error
     _check_launchable(kernel, compiled.metadata)
     runtime = [i for i, type_ in enumerate(kernel.signature) if type_ != "constexpr"]
     metadata = compiled.metadata
