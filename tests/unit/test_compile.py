@@ -135,3 +135,18 @@ def test_triton_errors_name_the_kernel(build_dir):
     kernel = handwritten(build_dir, "broken", "sm_80", broken, ())
     with pytest.raises(CompileError, match="broken-sm_80-fp32-nd1/i32: Triton failed"):
         compile_kernel(kernel)
+
+
+def test_triton_errors_in_called_functions_say_where_and_what(build_dir):
+    """An error inside a Triton function the kernel calls: the report shows the line
+    in the callee and the reason, not only the call site."""
+    broken = DESCRIPTOR_KERNEL.replace(
+        "tile.store([0], tile.load([0]) + 1)", "tile.store([0], helper(tile) + 1)"
+    ) + (
+        "\n@triton.jit\ndef helper(tile):\n"
+        "    return tile.load([triton.language.zeros((2,), triton.language.int64)])\n"
+    )
+    kernel = handwritten(build_dir, "broken", "sm_90", broken, ())
+    with pytest.raises(CompileError) as raised:
+        compile_kernel(kernel)
+    assert "def helper(tile):" in str(raised.value)
