@@ -135,7 +135,13 @@ def config(variant, bucket):
 # counters with a memset, 2 us of a 16 us product, until `arrive` tagged them instead.
 # From 17 rows on, deep pipelines of long K steps win: on an H100 (device time,
 # 2026-11-22) 64x64x128 tiles reach 0.89x cuBLAS with 6 stages against 0.80x with 3,
-# and splitting K (programs filling the last wave) lost to every unsplit tile.
+# and splitting K (programs filling the last wave) lost to every unsplit tile. At 48-64
+# rows TMA loads pay for their descriptors (64x64x128, 6 stages: 0.87-0.97x against
+# 0.82-0.92x through pointers). Lost there too: stream K (equal shares of all tiles'
+# K steps over 132 programs, 0.51-0.94x: partials and re-read activations load L2), and
+# tiles small enough for 2-4 programs per multiprocessor (64x32, 0.79-0.94x). cuBLAS's
+# kernels there (nvjet, in ncu) are warp-specialised TMA kernels of 96-128 programs in
+# clusters of 2-4, 15-16 stages of 64-wide K steps.
 _PLAIN, _SPLIT = {"tma": False}, {"split": 4}
 _NARROW = [  # up to 64 rows
     (64, 64, 128, 4, 6, _PLAIN),
@@ -148,6 +154,8 @@ _NARROW = [  # up to 64 rows
     (32, 64, 256, 4, 4, _PLAIN),
     (16, 64, 256, 4, 4, _PLAIN),
     (64, 64, 256, 4, 3, {**_PLAIN, "split": 2}),
+    (64, 64, 128, 4, 6),
+    (64, 32, 256, 4, 4),
 ]
 _CANDIDATES = {
     "decode": [
