@@ -126,6 +126,7 @@ def _tuning(tuning: Tuning | None) -> dict[str, Any] | None:
     return {
         "function": tuning.function,
         "reference": tuning.reference,
+        "options": dict(tuning.options),
         "key": list(tuning.key),
         "buckets": [
             {

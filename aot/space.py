@@ -269,16 +269,18 @@ class Tuning:
     `key` names the argument and dim whose size picks a call's bucket (for a matrix
     product, the rows of its left operand). `function` is the ntops_prebuilt function a
     tuning run calls on each sample and `reference` the torch function (a name under
-    `torch`) its result is checked against. `specs` names the specialisations a tuning
-    wheel builds (those the samples run); the buckets' winners are built for every
-    specialisation that assumes 16-byte alignment, the fallbacks keep the last
-    bucket's configuration."""
+    `torch`, dotted: `nn.functional.softmax`) its result is checked against, both
+    called with the sample's operands and the keyword arguments `options`. `specs`
+    names the specialisations a tuning wheel builds (those the samples run); the
+    buckets' winners are built for every specialisation that assumes 16-byte
+    alignment, the fallbacks keep the last bucket's configuration."""
 
     function: str
     reference: str
     key: tuple[str, int]
     buckets: tuple[Bucket, ...]
     specs: tuple[str, ...] = ()
+    options: Mapping[str, bool | int | float | str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         names = [bucket.name for bucket in self.buckets]

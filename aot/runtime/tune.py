@@ -97,8 +97,11 @@ def _arch(manifest):
 
 def _tune_bucket(variant, tuning, bucket, repeats, log):
     dtype = getattr(torch, ntops_prebuilt.manifest()["dtypes"][variant["dtype"]])
-    function = getattr(ntops_prebuilt, tuning["function"])
-    reference = getattr(torch, tuning["reference"])
+    options = tuning.get("options", {})
+    function = functools.partial(getattr(ntops_prebuilt, tuning["function"]), **options)
+    reference = functools.partial(
+        functools.reduce(getattr, tuning["reference"].split("."), torch), **options
+    )
     candidates = variant["candidates"][bucket["name"]]
     times = [[] for _ in candidates]
     references = []

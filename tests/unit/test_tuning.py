@@ -198,3 +198,31 @@ def test_the_tuner_refuses_a_gpu_the_wheel_has_no_cubins_for(installed, monkeypa
     assert "this GPU (NVIDIA A100-SXM4-80GB) is sm_80" in message
     assert "cubins for sm_90 only" in message
     assert "ntops-aot tune --arch sm_80" in message
+
+
+def test_every_tuning_names_functions_that_exist(tmp_path):
+    """A tuning run calls TUNING.function of ntops_prebuilt and TUNING.reference under
+    torch (a dotted name), both with TUNING.options: the reference must exist and the
+    runtime function (read from the runtime's source: it imports the wheel's _C) must
+    take the options."""
+    import ast
+    import functools
+    import pathlib
+
+    import torch
+
+    from ntops_aot.aot import ops
+
+    runtime = pathlib.Path(ops.__file__).parent / "runtime"
+    defined = {
+        node.name: [arg.arg for arg in node.args.args + node.args.kwonlyargs]
+        for path in runtime.glob("*.py")
+        for node in ast.parse(path.read_text()).body
+        if isinstance(node, ast.FunctionDef)
+    }
+    declared = {n: op.tuning for n, op in ops.load_all(tmp_path).items() if op.tuning}
+    assert {"mm", "scaled_dot_product_attention"} <= set(declared)
+    for name, declaration in declared.items():
+        assert callable(functools.reduce(getattr, declaration.reference.split("."), torch))
+        assert declaration.function in defined, name
+        assert set(declaration.options) <= set(defined[declaration.function]), name
