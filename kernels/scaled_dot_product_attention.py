@@ -1,187 +1,459 @@
 """scaled_dot_product_attention: softmax(query key^T * scale + mask) value, computed a
 block of keys at a time with a running maximum and sum (flash attention), in fp32.
 
-Programs cover (batch, key/value head, block of queries) and loop over the query
-heads sharing that key/value head, so grouped-query attention reads each key block
-once per group. `mask` is one switch: none, causal (with an offset: 0 for the
-upper-left variant, seq_kv - seq_q for lower-right), or a bool or float tensor
-broadcast to (batch, heads_q, seq_q, seq_kv). Rows with every key masked give 0.
+Rows, not heads, are the unit of work: the query heads that share a key/value head
+(grouped-query attention) and their queries are one list of group * seq_q rows, so a
+block of rows reads each key block once for the whole group. The runtime passes the
+output as (batch, heads_kv, group * seq_q, head_dim), a view of the contiguous
+(batch, heads_q, seq_q, head_dim) result; programs cover (batch, key/value head,
+block of rows). The arrangement gives that grid; the work is `attend`, a Triton
+function the applications call with the tensors' pointers, sizes and strides.
 
-Products are IEEE ("ieee" input precision), as torch's fp32 attention computes them:
-fp32 inputs never go through TF32; for fp16 and bf16 the precision changes nothing.
+Two configurations, picked per call by the number of queries (the buckets):
+- decode (up to 16 queries): the keys are split into parts (flash decoding), so a
+  batch-1 decode still runs a program per multiprocessor; the launcher picks the parts
+  per call from the grid (`split`), and the last part of a block of rows to finish
+  merges the parts' partial results.
+- prefill: flash attention 2. Causal blocks of keys wholly below the diagonal run
+  without mask arithmetic, only the diagonal ones are masked and those above it are
+  never read; the scale is folded into base-2 exponents.
+
+`mask` is one switch: none, causal (with an offset: 0 for the upper-left variant,
+seq_kv - seq_q for lower-right), or a bool or float tensor broadcast to
+(batch, heads_q, seq_q, seq_kv). Rows with every key masked give 0. Products are
+IEEE ("ieee" input precision), as torch's fp32 attention computes them: fp32 inputs
+never go through TF32; for fp16 and bf16 the precision changes nothing.
 """
 
 import functools
 
 import ninetoothed
-import ninetoothed.language as ntl
+import triton
+import triton.language as tl
 from ninetoothed import Tensor
 
-from ntops_aot.aot.space import FLOATS, Config, VariantSpace
+from ntops_aot.aot.space import FLOATS, Bucket, Config, Operand, Tuning, VariantSpace
 
+MASKS = ("none", "causal", "bool", "float")
 SPACE = VariantSpace(
     dtypes=FLOATS,
     ndims=(4,),
-    switches={"head_dim": ("64", "128"), "mask": ("none", "causal", "bool", "float")},
+    switches={"head_dim": ("64", "128"), "mask": MASKS},
     coalesce="none",
     unspecialized=("mask",),
     specs=("aligned", "generic", "wide"),
     in_place=False,
+    workspace="workspace",
+    launch_id="launch",
+)
+
+# Llama-3-8B's attention (32 query heads over 8 key/value heads) and plain multi-head
+# attention, at decode (one query against a KV cache) and prefill sizes.
+_GQA, _MHA = (32, 8), (32, 32)
+
+
+def _sample(batch, heads, seq_q, seq_kv, head_dim=128):
+    heads_q, heads_kv = heads
+    return (
+        Operand((batch, heads_q, seq_q, head_dim)),
+        Operand((batch, heads_kv, seq_kv, head_dim)),
+        Operand((batch, heads_kv, seq_kv, head_dim)),
+    )
+
+
+TUNING = Tuning(
+    function="scaled_dot_product_attention",
+    reference="nn.functional.scaled_dot_product_attention",
+    key=("query", -2),
+    buckets=(
+        Bucket(
+            "decode",
+            16,
+            tuple(
+                _sample(batch, heads, 1, seq_kv)
+                for batch, seq_kv in ((1, 4096), (8, 4096), (32, 2048), (1, 32768))
+                for heads in (_GQA, _MHA)
+            ),
+        ),
+        Bucket("prefill", None, (_sample(1, _GQA, 2048, 2048), _sample(4, _MHA, 4096, 4096))),
+    ),
+    specs=("i32-u3333-a16", "i32-u3333x-a16"),
+    options={"enable_gqa": True},
 )
 
 
-def arrangement(query, key, value, *rest, mask, block_size_m, block_size_n):
-    group = query.shape[1] // key.shape[1]
-
-    def rows(tensor):  # (b, heads_q, seq_q, d) -> (b, heads_kv, q blocks): (group,) x (m, d)
-        arranged = tensor.tile((1, 1, block_size_m, -1)).tile((1, group, 1, 1))
-        arranged.dtype = arranged.dtype.squeeze((0, 2, 3))
-        arranged.dtype.dtype = arranged.dtype.dtype.squeeze((0, 1))
-        return arranged
-
-    queries = rows(query)
-
-    def columns(tensor):  # (b, heads_kv, seq_kv, d) -> per program: (kv blocks,) x (n, d)
-        arranged = tensor.tile((1, 1, block_size_n, -1)).tile((1, 1, -1, -1))
-        arranged = arranged.expand((-1, -1, queries.shape[2], -1))
-        arranged.dtype = arranged.dtype.squeeze((0, 1, 3))
-        arranged.dtype.dtype = arranged.dtype.dtype.squeeze((0, 1))
-        return arranged
-
-    *scalars, output = rest
-    if mask in ("bool", "float"):  # (b, heads_q, seq_q, seq_kv) -> (group, kv blocks) x (m, n)
-        bias, *scalars = scalars
-        bias = bias.tile((1, 1, block_size_m, block_size_n)).tile((1, group, 1, -1))
-        bias.dtype = bias.dtype.squeeze((0, 2))
-        bias.dtype.dtype = bias.dtype.dtype.squeeze((0, 1))
-        scalars = [bias, *scalars]
-    return (queries, columns(key), columns(value), *scalars, rows(output))
-
-
-def step(scores, values, accumulator, running_max, running_sum):
-    """Fold one block of scores (base-2 logits: scale * log2(e) applied) into the
-    running softmax-weighted sum."""
-    new_max = ntl.maximum(running_max, ntl.max(scores, 1))
-    shift = ntl.where(new_max == float("-inf"), 0.0, new_max)
-    weights = ntl.exp2(scores - shift[:, None])
-    decay = ntl.exp2(running_max - shift)
-    accumulator = accumulator * decay[:, None] + ntl.dot(
-        ntl.cast(weights, values.dtype), values, input_precision="ieee"
-    )
-    return accumulator, new_max, running_sum * decay + ntl.sum(weights, 1)
-
-
-def application(query, key, value, scale, output):
-    for g in range(query.shape[0]):
-        q = query[g]
-        accumulator = ntl.zeros(q.shape, dtype=ntl.float32)
-        running_max = ntl.full((q.shape[0],), float("-inf"), dtype=ntl.float32)
-        running_sum = ntl.zeros((q.shape[0],), dtype=ntl.float32)
-        for j in range(key.shape[0]):
-            scores = ntl.dot(q, ntl.trans(key[j]), input_precision="ieee") * (
-                scale * 1.4426950408889634
-            )
-            scores = ntl.where(
-                key[j].offsets(-2)[None, :] < key.source.shape[-2], scores, float("-inf")
-            )
-            accumulator, running_max, running_sum = step(
-                scores, value[j], accumulator, running_max, running_sum
-            )
-        output[g] = ntl.where(running_sum[:, None] == 0, 0.0, accumulator / running_sum[:, None])
-
-
-def application_causal(query, key, value, scale, offset, output):
-    for g in range(query.shape[0]):
-        q = query[g]
-        rows = query[g].offsets(-2)
-        accumulator = ntl.zeros(q.shape, dtype=ntl.float32)
-        running_max = ntl.full((q.shape[0],), float("-inf"), dtype=ntl.float32)
-        running_sum = ntl.zeros((q.shape[0],), dtype=ntl.float32)
-        # Key blocks wholly above the diagonal contribute nothing: stop before them.
-        visible = (ntl.max(rows, 0) + offset) // key.dtype.shape[0] + 1
-        for j in range(ntl.minimum(ntl.maximum(visible, 0), key.shape[0])):
-            columns = key[j].offsets(-2)
-            scores = ntl.dot(q, ntl.trans(key[j]), input_precision="ieee") * (
-                scale * 1.4426950408889634
-            )
-            keep = (columns[None, :] < key.source.shape[-2]) & (
-                columns[None, :] <= rows[:, None] + offset
-            )
-            scores = ntl.where(keep, scores, float("-inf"))
-            accumulator, running_max, running_sum = step(
-                scores, value[j], accumulator, running_max, running_sum
-            )
-        output[g] = ntl.where(running_sum[:, None] == 0, 0.0, accumulator / running_sum[:, None])
-
-
-def application_bool(query, key, value, mask, scale, output):
-    for g in range(query.shape[0]):
-        q = query[g]
-        accumulator = ntl.zeros(q.shape, dtype=ntl.float32)
-        running_max = ntl.full((q.shape[0],), float("-inf"), dtype=ntl.float32)
-        running_sum = ntl.zeros((q.shape[0],), dtype=ntl.float32)
-        for j in range(key.shape[0]):
-            scores = ntl.dot(q, ntl.trans(key[j]), input_precision="ieee") * (
-                scale * 1.4426950408889634
-            )
-            keep = (key[j].offsets(-2)[None, :] < key.source.shape[-2]) & (mask[g, j] != 0)
-            scores = ntl.where(keep, scores, float("-inf"))
-            accumulator, running_max, running_sum = step(
-                scores, value[j], accumulator, running_max, running_sum
-            )
-        output[g] = ntl.where(running_sum[:, None] == 0, 0.0, accumulator / running_sum[:, None])
-
-
-def application_float(query, key, value, mask, scale, output):
-    for g in range(query.shape[0]):
-        q = query[g]
-        accumulator = ntl.zeros(q.shape, dtype=ntl.float32)
-        running_max = ntl.full((q.shape[0],), float("-inf"), dtype=ntl.float32)
-        running_sum = ntl.zeros((q.shape[0],), dtype=ntl.float32)
-        for j in range(key.shape[0]):
-            scores = ntl.dot(q, ntl.trans(key[j]), input_precision="ieee") * (
-                scale * 1.4426950408889634
-            )
-            scores += ntl.cast(mask[g, j], ntl.float32) * 1.4426950408889634
-            scores = ntl.where(
-                key[j].offsets(-2)[None, :] < key.source.shape[-2], scores, float("-inf")
-            )
-            accumulator, running_max, running_sum = step(
-                scores, value[j], accumulator, running_max, running_sum
-            )
-        output[g] = ntl.where(running_sum[:, None] == 0, 0.0, accumulator / running_sum[:, None])
-
-
-def config(variant):
-    switches = dict(variant.switches)
-    if variant.dtype == "fp32":
-        return Config({"block_size_m": 64, "block_size_n": 32}, num_warps=4, num_stages=1)
+def config(variant, bucket):
+    """The declared default of each bucket, per arch; tuning tables replace them."""
+    head_dim = int(dict(variant.switches)["head_dim"])
+    block_d = triton.next_power_of_2(head_dim)
     small_shared = variant.arch in ("sm_86", "sm_89", "sm_120")
-    if switches["head_dim"] == "128":
-        block_m = 64 if small_shared else 128
-        return Config({"block_size_m": block_m, "block_size_n": 64}, num_warps=8, num_stages=2)
-    return Config({"block_size_m": 128, "block_size_n": 64}, num_warps=4, num_stages=3)
+    if bucket == "decode":
+        premake = {"block_size_m": 16, "block_size_n": 64, "block_size_d": block_d}
+        return Config(premake, num_warps=4, num_stages=3, split=16)
+    if variant.dtype == "fp32":
+        premake = {"block_size_m": 64, "block_size_n": 32, "block_size_d": block_d}
+        return Config(premake, num_warps=4, num_stages=1 if small_shared else 2)
+    block_m = 64 if small_shared and head_dim > 64 else 128
+    premake = {"block_size_m": block_m, "block_size_n": 64, "block_size_d": block_d}
+    return Config(premake, num_warps=8 if head_dim > 64 else 4, num_stages=2 if small_shared else 3)
 
 
-def premake(ndim, dtype, head_dim="64", mask="none", block_size_m=64, block_size_n=32):
+def candidates(variant, bucket):
+    """What a tuning run tries (the default first): half types on Hopper."""
+    default = config(variant, bucket)
+    if (
+        variant.dtype == "fp32"
+        or variant.arch != "sm_90"
+        or dict(variant.switches)["mask"] != "none"
+    ):
+        return [default]  # the tuner times unmasked calls: masked variants keep the default
+    block_d = default.premake["block_size_d"]
+
+    def tiles(m, n, warps, stages, split=1):
+        premake = {"block_size_m": m, "block_size_n": n, "block_size_d": block_d}
+        return Config(premake, num_warps=warps, num_stages=stages, split=split)
+
+    if bucket == "decode":
+        found = [
+            tiles(16, 128, 4, 3, 16),
+            tiles(16, 64, 4, 3, 32),
+            tiles(16, 128, 8, 3, 32),
+            tiles(16, 64, 4, 4, 16),
+        ]
+    else:
+        found = [
+            tiles(128, 128, 8, 3),
+            tiles(128, 64, 4, 3),
+            tiles(64, 64, 4, 3),
+            tiles(128, 128, 8, 2),
+        ]
+    return [default, *(c for c in found if c.key != default.key)]
+
+
+def workspace(config):
+    """Split configurations: per program, a counter (int64: `arrive` needs no zeroed
+    memory), then its partial result: the running maximum and sum of each row and
+    the rows' fp32 accumulators."""
+    if config.split <= 1:
+        return (0, 0)
+    rows, width = config.premake["block_size_m"], config.premake["block_size_d"]
+    return (8 + 4 * rows * (2 + width), 0)
+
+
+# ---- the kernel --------------------------------------------------------------------
+
+
+@triton.jit
+def arrive(slot, launch):
+    """Count one more part of a block of rows done, and return how many are. The
+    counter tags its count with the launch's id (unique in the process): the
+    workspace comes unzeroed, and whatever it held before is another launch's count
+    or no count. A graph replays its launch id, so the last part clears the counter."""
+    tag = launch * 64
+    done = False
+    count = tag - tag  # an int64 zero: loop-carried values keep their type
+    while not done:
+        # Scalar atomics run once per program and their result reaches every thread.
+        seen = tl.atomic_add(slot, 0, sem="acquire", scope="gpu")
+        wanted = tl.where(seen // 64 == launch, seen + 1, tag + 1)
+        done = tl.atomic_cas(slot, seen, wanted, sem="acq_rel", scope="gpu") == seen
+        count = wanted - tag
+    return count
+
+
+@triton.jit
+def fold(
+    accumulator, running_max, running_sum, q, k_base, v_base, bias_base, first, seq_kv,
+    sk_s, sk_d, sv_s, sv_d, sb_k, factor, rows_s, offset, columns_d, inside_d,
+    BLOCK_N: tl.constexpr, MASK: tl.constexpr, BOUNDED: tl.constexpr,
+    DIAGONAL: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    """Fold keys first .. first + BLOCK_N into the rows' running softmax-weighted sum.
+    BOUNDED: the block may run past seq_kv; DIAGONAL: the causal diagonal crosses it.
+    Scores are base-2 logits (scale * log2(e) applied)."""
+    columns = first + tl.arange(0, BLOCK_N)
+    # A whole block is masked only by a head_dim padded to a power of two.
+    loaded = (columns < seq_kv)[:, None] & inside_d[None, :] if BOUNDED else inside_d[None, :]
+    keys = columns[:, None] * sk_s + columns_d[None, :] * sk_d
+    k = tl.load(k_base + keys, mask=loaded, other=0.0)
+    v = tl.load(
+        v_base + columns[:, None] * sv_s + columns_d[None, :] * sv_d, mask=loaded, other=0.0
+    )
+    scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * factor
+    if MASK == 2:  # bool: True keeps
+        bias = tl.load(bias_base + columns[None, :] * sb_k, mask=columns[None, :] < seq_kv, other=0)
+        scores = tl.where(bias != 0, scores, float("-inf"))
+    if MASK == 3:  # float: added
+        bias = tl.load(bias_base + columns[None, :] * sb_k, mask=columns[None, :] < seq_kv, other=0)
+        scores += bias.to(tl.float32) * 1.4426950408889634
+    if BOUNDED:
+        scores = tl.where(columns[None, :] < seq_kv, scores, float("-inf"))
+    if DIAGONAL:
+        scores = tl.where(columns[None, :] <= rows_s[:, None] + offset, scores, float("-inf"))
+    new_max = tl.maximum(running_max, tl.max(scores, 1))
+    shift = tl.where(new_max == float("-inf"), 0.0, new_max)
+    weights = tl.exp2(scores - shift[:, None])
+    decay = tl.exp2(running_max - shift)
+    accumulator = accumulator * decay[:, None] + tl.dot(
+        weights.to(v.dtype), v, input_precision=PRECISION
+    )
+    return accumulator, new_max, running_sum * decay + tl.sum(weights, 1)
+
+
+@triton.jit
+def attend(
+    q, k, v, o, bias, workspace, launch, scale, offset,
+    batch, heads_kv, seq_q, seq_kv, rows_total, head_dim,
+    sq_b, sq_h, sq_s, sq_d, sk_b, sk_h, sk_s, sk_d, sv_b, sv_h, sv_s, sv_d,
+    so_b, so_h, so_r, so_d, sb_b, sb_h, sb_s, sb_k,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    MASK: tl.constexpr, MAX_PARTS: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    """Attention of one block of rows (row r: query head kv_head * group + r // seq_q,
+    query r % seq_q) over the keys of its part (all of them unless split: MAX_PARTS,
+    a power of two, bounds the parts). MASK: 0 none, 1 causal (query i sees keys up to
+    i + offset), 2 bool, 3 float tensor."""
+    row_blocks = tl.cdiv(rows_total, BLOCK_M)
+    tiles = batch * heads_kv * row_blocks
+    pid = tl.program_id(0)
+    if MAX_PARTS > 1:
+        parts = tl.num_programs(0) // tiles
+        tile = pid // parts
+        part = pid % parts
+    else:
+        parts = 1
+        tile = pid
+        part = 0
+    z = tile // (heads_kv * row_blocks)
+    kv_head = (tile // row_blocks) % heads_kv
+    block = tile % row_blocks
+    if MASK == 1:  # the longest rows first: they finish last otherwise
+        block = row_blocks - 1 - block
+    rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+    live = rows < rows_total
+    group = rows_total // seq_q
+    rows_h = kv_head * group + tl.where(live, rows, 0) // seq_q
+    rows_s = tl.where(live, rows, 0) % seq_q
+    columns_d = tl.arange(0, BLOCK_D)
+    inside_d = columns_d < head_dim
+    q_tile = tl.load(
+        q + z * sq_b + rows_h[:, None] * sq_h + rows_s[:, None] * sq_s + columns_d[None, :] * sq_d,
+        mask=live[:, None] & inside_d[None, :],
+        other=0.0,
+    )
+    k_base = k + z * sk_b + kv_head * sk_h
+    v_base = v + z * sv_b + kv_head * sv_h
+    bias_base = bias + z * sb_b + rows_h[:, None] * sb_h + rows_s[:, None] * sb_s
+    factor = scale * 1.4426950408889634
+
+    # This part's keys, whole blocks of them.
+    per_part = tl.cdiv(tl.cdiv(seq_kv, BLOCK_N), parts) * BLOCK_N
+    start = part * per_part
+    end = tl.minimum(start + per_part, seq_kv)
+    # Keys every row sees: all of them (masks aside), or below the causal diagonal of
+    # the block's first query; and those some row sees (past the last query's: none).
+    whole = end
+    if MASK == 1:
+        first_s = tl.min(tl.where(live, rows_s, seq_q))
+        last_s = tl.max(tl.where(live, rows_s, 0))
+        whole = tl.maximum(tl.minimum(end, first_s + offset + 1), start)
+        end = tl.maximum(tl.minimum(end, last_s + offset + 1), start)
+    unmasked = start + (whole - start) // BLOCK_N * BLOCK_N
+
+    accumulator = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    running_max = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
+    running_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    for first in tl.range(start, unmasked, BLOCK_N):
+        accumulator, running_max, running_sum = fold(
+            accumulator, running_max, running_sum, q_tile, k_base, v_base, bias_base, first,
+            seq_kv, sk_s, sk_d, sv_s, sv_d, sb_k, factor, rows_s, offset, columns_d, inside_d,
+            BLOCK_N, MASK, False, False, PRECISION,
+        )  # fmt: skip
+    for first in tl.range(unmasked, end, BLOCK_N):
+        accumulator, running_max, running_sum = fold(
+            accumulator, running_max, running_sum, q_tile, k_base, v_base, bias_base, first,
+            seq_kv, sk_s, sk_d, sv_s, sv_d, sb_k, factor, rows_s, offset, columns_d, inside_d,
+            BLOCK_N, MASK, True, MASK == 1, PRECISION,
+        )  # fmt: skip
+
+    o_rows = o + z * so_b + kv_head * so_h + rows[:, None] * so_r + columns_d[None, :] * so_d
+    stored = live[:, None] & inside_d[None, :]
+    if MAX_PARTS > 1:
+        if parts > 1:
+            merge(
+                accumulator, running_max, running_sum, workspace, launch, o_rows, stored,
+                tile, part, parts, BLOCK_M, BLOCK_D, MAX_PARTS,
+            )  # fmt: skip
+        else:
+            result = tl.where(running_sum[:, None] == 0, 0.0, accumulator / running_sum[:, None])
+            tl.store(o_rows, result.to(o.dtype.element_ty), mask=stored)
+    else:
+        result = tl.where(running_sum[:, None] == 0, 0.0, accumulator / running_sum[:, None])
+        tl.store(o_rows, result.to(o.dtype.element_ty), mask=stored)
+
+
+@triton.jit
+def merge(
+    accumulator, running_max, running_sum, workspace, launch, o_rows, stored,
+    tile, part, parts, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, MAX_PARTS: tl.constexpr,
+):  # fmt: skip
+    """Split keys: leave this part's maximum, sum and accumulator of each row in the
+    workspace; the last part of the block of rows to arrive rescales every part's to
+    their common maximum, in part order (the result does not depend on who arrived
+    when), and stores the rows. Workspace: an int64 counter per program (one per
+    block of rows in use), then each program's partial result."""
+    programs = tl.num_programs(0)
+    counters = workspace.to(tl.pointer_type(tl.int64))
+    partials = (workspace + tl.cdiv(programs, 16) * 32).to(tl.pointer_type(tl.float32))
+    size = BLOCK_M * (2 + BLOCK_D)
+    within = tl.arange(0, BLOCK_M)
+    cells = within[:, None] * BLOCK_D + tl.arange(0, BLOCK_D)[None, :]
+    mine = partials + (tile * parts + part) * size
+    tl.store(mine + within, running_max)
+    tl.store(mine + BLOCK_M + within, running_sum)
+    tl.store(mine + 2 * BLOCK_M + cells, accumulator)
+    tl.debug_barrier()  # every thread's part stored before the counter says so
+    if arrive(counters + tile, launch) == parts:
+        first = partials + tile * parts * size
+        others = tl.arange(0, MAX_PARTS)
+        maxima = tl.load(
+            first + others[:, None] * size + within[None, :],
+            mask=(others < parts)[:, None],
+            other=float("-inf"),
+            cache_modifier=".cg",
+        )
+        highest = tl.max(maxima, 0)
+        shift = tl.where(highest == float("-inf"), 0.0, highest)
+        total = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        result = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+        for other in tl.range(0, parts, num_stages=3):  # the parts' loads in flight together
+            slot = first + other * size
+            weight = tl.exp2(tl.load(slot + within, cache_modifier=".cg") - shift)
+            total += weight * tl.load(slot + BLOCK_M + within, cache_modifier=".cg")
+            result += weight[:, None] * tl.load(slot + 2 * BLOCK_M + cells, cache_modifier=".cg")
+        result = tl.where(total[:, None] == 0, 0.0, result / total[:, None])
+        tl.store(o_rows, result.to(o_rows.dtype.element_ty), mask=stored)
+        tl.store(counters + tile, 0)  # a graph's replay finds no count of its own
+
+
+# ---- the applications: `attend` over the source tensors ---------------------------
+# They live here, beside `attend`, because ninetoothed takes the Triton functions an
+# application calls from the application's own module.
+
+
+def application(
+    output, query, key, value, scale, workspace, launch, block_m, block_n, block_d, split, precision
+):  # fmt: skip
+    attend(
+        query.source.data_ptr(), key.source.data_ptr(), value.source.data_ptr(),
+        output.source.data_ptr(), output.source.data_ptr(), workspace.source.data_ptr(), launch,
+        scale, 0, output.source.shape[0], output.source.shape[1], query.source.shape[2],
+        key.source.shape[2], output.source.shape[2], query.source.shape[3],
+        query.source.stride(0), query.source.stride(1), query.source.stride(2),
+        query.source.stride(3), key.source.stride(0), key.source.stride(1),
+        key.source.stride(2), key.source.stride(3), value.source.stride(0),
+        value.source.stride(1), value.source.stride(2), value.source.stride(3),
+        output.source.stride(0), output.source.stride(1), output.source.stride(2),
+        output.source.stride(3), 0, 0, 0, 0,
+        block_m, block_n, block_d, 0, split, precision,
+    )  # fmt: skip
+
+
+def application_causal(
+    output, query, key, value, scale, offset, workspace, launch,
+    block_m, block_n, block_d, split, precision,
+):  # fmt: skip
+    attend(
+        query.source.data_ptr(), key.source.data_ptr(), value.source.data_ptr(),
+        output.source.data_ptr(), output.source.data_ptr(), workspace.source.data_ptr(), launch,
+        scale, offset, output.source.shape[0], output.source.shape[1], query.source.shape[2],
+        key.source.shape[2], output.source.shape[2], query.source.shape[3],
+        query.source.stride(0), query.source.stride(1), query.source.stride(2),
+        query.source.stride(3), key.source.stride(0), key.source.stride(1),
+        key.source.stride(2), key.source.stride(3), value.source.stride(0),
+        value.source.stride(1), value.source.stride(2), value.source.stride(3),
+        output.source.stride(0), output.source.stride(1), output.source.stride(2),
+        output.source.stride(3), 0, 0, 0, 0,
+        block_m, block_n, block_d, 1, split, precision,
+    )  # fmt: skip
+
+
+def application_bool(
+    output, query, key, value, mask, scale, workspace, launch,
+    block_m, block_n, block_d, split, precision,
+):  # fmt: skip
+    attend(
+        query.source.data_ptr(), key.source.data_ptr(), value.source.data_ptr(),
+        output.source.data_ptr(), mask.source.data_ptr(), workspace.source.data_ptr(), launch,
+        scale, 0, output.source.shape[0], output.source.shape[1], query.source.shape[2],
+        key.source.shape[2], output.source.shape[2], query.source.shape[3],
+        query.source.stride(0), query.source.stride(1), query.source.stride(2),
+        query.source.stride(3), key.source.stride(0), key.source.stride(1),
+        key.source.stride(2), key.source.stride(3), value.source.stride(0),
+        value.source.stride(1), value.source.stride(2), value.source.stride(3),
+        output.source.stride(0), output.source.stride(1), output.source.stride(2),
+        output.source.stride(3), mask.source.stride(0), mask.source.stride(1),
+        mask.source.stride(2), mask.source.stride(3),
+        block_m, block_n, block_d, 2, split, precision,
+    )  # fmt: skip
+
+
+def application_float(
+    output, query, key, value, mask, scale, workspace, launch,
+    block_m, block_n, block_d, split, precision,
+):  # fmt: skip
+    attend(
+        query.source.data_ptr(), key.source.data_ptr(), value.source.data_ptr(),
+        output.source.data_ptr(), mask.source.data_ptr(), workspace.source.data_ptr(), launch,
+        scale, 0, output.source.shape[0], output.source.shape[1], query.source.shape[2],
+        key.source.shape[2], output.source.shape[2], query.source.shape[3],
+        query.source.stride(0), query.source.stride(1), query.source.stride(2),
+        query.source.stride(3), key.source.stride(0), key.source.stride(1),
+        key.source.stride(2), key.source.stride(3), value.source.stride(0),
+        value.source.stride(1), value.source.stride(2), value.source.stride(3),
+        output.source.stride(0), output.source.stride(1), output.source.stride(2),
+        output.source.stride(3), mask.source.stride(0), mask.source.stride(1),
+        mask.source.stride(2), mask.source.stride(3),
+        block_m, block_n, block_d, 3, split, precision,
+    )  # fmt: skip
+
+
+APPLICATIONS = {
+    "none": application,
+    "causal": application_causal,
+    "bool": application_bool,
+    "float": application_float,
+}
+
+
+def arrangement(output, *rest, block_size_m):
+    """The grid: one program per (batch, key/value head, block of rows) of the output,
+    passed as (batch, heads_kv, group * seq_q, head_dim). The other tensors are read
+    through their pointers (`attend`): tiled only so that ninetoothed sees tiles."""
+    tiled = [t.tile((1,) * t.ndim) if t.ndim else t for t in rest]
+    return (output.tile((1, 1, block_size_m, -1)), *tiled)
+
+
+def premake(
+    ndim, dtype, head_dim="64", mask="none", block_size_m=64, block_size_n=64,
+    block_size_d=64, split=1,
+):  # fmt: skip
     def attention_tensor(**options):
         return Tensor(4, dtype=dtype, shape=(None, None, None, int(head_dim)), **options)
 
-    query, key, value = (attention_tensor(other=0) for _ in range(3))
+    output, query, key, value = (attention_tensor() for _ in range(4))
     scale = Tensor(0, dtype=ninetoothed.float32)
     middle = {
         "none": (scale,),
         "causal": (scale, Tensor(0, dtype=ninetoothed.int64)),
-        "bool": (Tensor(4, dtype="i1", other=0), scale),
-        "float": (Tensor(4, dtype=dtype, other=0), scale),
+        "bool": (Tensor(4, dtype="i1"), scale),
+        "float": (Tensor(4, dtype=dtype), scale),
     }[mask]
-    application_ = {
-        "none": application,
-        "causal": application_causal,
-        "bool": application_bool,
-        "float": application_float,
-    }[mask]
-    arrange = functools.partial(
-        arrangement, mask=mask, block_size_m=block_size_m, block_size_n=block_size_n
-    )
-    return arrange, application_, (query, key, value, *middle, attention_tensor())
+    workspace, launch = Tensor(1, dtype=ninetoothed.int32), Tensor(0, dtype=ninetoothed.int64)
+    precision = "ieee"
+    parts = triton.next_power_of_2(split) if split > 1 else 1
+    constants = (block_size_m, block_size_n, block_size_d, parts, precision)
+    fixed = tuple(Tensor(0, constexpr=True, value=value) for value in constants)
+    arrange = functools.partial(arrangement, block_size_m=block_size_m)
+    tensors = (output, query, key, value, *middle, workspace, launch, *fixed)
+    return arrange, APPLICATIONS[mask], tensors

@@ -107,15 +107,18 @@ def scaled_dot_product_attention(
     _write_cache(present_key, present_key_slot, "key")
     _write_cache(present_value, present_value_slot, "value")
     batch, heads_q, seq_q, head_dim = query.shape
-    seq_kv = key.shape[2]
+    heads_kv, seq_kv = key.shape[1], key.shape[2]
     scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
-    out = torch.empty_like(query, memory_format=torch.contiguous_format)
+    out = query.new_empty(query.shape)
+    # The kernels see the result as (batch, heads_kv, group * seq_q, head_dim): the rows
+    # of the query heads that share a key/value head, one after another.
+    rows = out.view(batch, heads_kv, heads_q // heads_kv * seq_q, head_dim)
     if is_causal:
         lower_right = int(causal_variant or CausalVariant.UPPER_LEFT) == CausalVariant.LOWER_RIGHT
         group = _SDPA[head_dim, "causal"]
-        _launch(group, query, key, value, scale, seq_kv - seq_q if lower_right else 0, out)
+        _launch(group, rows, query, key, value, scale, seq_kv - seq_q if lower_right else 0)
     elif attn_mask is None:
-        _launch(_SDPA[head_dim, "none"], query, key, value, scale, out)
+        _launch(_SDPA[head_dim, "none"], rows, query, key, value, scale)
     else:
         check.tensor("scaled_dot_product_attention", "attn_mask", attn_mask)
         try:
@@ -126,7 +129,7 @@ def scaled_dot_product_attention(
                 f"broadcast to {[batch, heads_q, seq_q, seq_kv]}"
             ) from error
         kind = "bool" if attn_mask.dtype == torch.bool else "float"
-        _launch(_SDPA[head_dim, kind], query, key, value, mask, scale, out)
+        _launch(_SDPA[head_dim, kind], rows, query, key, value, mask, scale)
     return out
 
 

@@ -320,6 +320,64 @@ def test_attention(nt, dtype, head_dim):
     )
 
 
+DECODE_CASES = [
+    # batch, heads_q, heads_kv, seq_q, seq_kv
+    (1, 32, 8, 1, 1),
+    (1, 32, 8, 1, 4096),
+    (1, 32, 8, 1, 32768),
+    (8, 32, 8, 1, 1000),
+    (64, 32, 8, 1, 300),
+    (1, 32, 32, 1, 4097),
+    (2, 16, 4, 16, 2049),
+    (3, 8, 1, 5, 77),
+    (1, 64, 8, 16, 513),
+]
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize(("batch", "heads_q", "heads_kv", "seq_q", "seq_kv"), DECODE_CASES)
+def test_attention_decode(nt, dtype, batch, heads_q, heads_kv, seq_q, seq_kv):
+    """Up to 16 queries against 1 to 32768 keys, batch 1 to 64 (the decode bucket: keys
+    split across programs), the query a transposed view as models pass it; causal
+    (the queries the last of the keys), bool and float masks."""
+    tolerance = (
+        {"rtol": 1e-2, "atol": 1e-2} if dtype != torch.float32 else {"rtol": 1e-4, "atol": 1e-4}
+    )
+    q = values((batch, seq_q, heads_q, 128), dtype).transpose(1, 2)
+    k, v = (
+        values((batch, heads_kv, seq_kv, 128), dtype),
+        values((batch, heads_kv, seq_kv, 128), dtype),
+    )
+    sdpa = nt.scaled_dot_product_attention
+    got = sdpa(q, k, v, enable_gqa=True)
+    torch.testing.assert_close(got, sdpa_reference(q, k, v).to(dtype), **tolerance)
+    if seq_q <= seq_kv:
+        lower = nt.CausalVariant.LOWER_RIGHT
+        got = sdpa(q, k, v, is_causal=True, enable_gqa=True, causal_variant=lower)
+        expected = sdpa_reference(q, k, v, causal=True, lower_right=True)
+        torch.testing.assert_close(got, expected.to(dtype), **tolerance)
+    keep = torch.rand(batch, 1, seq_q, seq_kv, device="cuda") > 0.5
+    keep[..., -1] = True
+    got = sdpa(q, k, v, keep, enable_gqa=True)
+    expected = sdpa_reference(q, k, v, keep.expand(batch, heads_q, seq_q, seq_kv))
+    torch.testing.assert_close(got, expected.to(dtype), **tolerance)
+    bias = values((heads_q, 1, seq_kv), dtype)
+    got = sdpa(q, k, v, bias, enable_gqa=True)
+    expected = sdpa_reference(q, k, v, bias.expand(batch, heads_q, seq_q, seq_kv))
+    torch.testing.assert_close(got, expected.to(dtype), **tolerance)
+
+
+def test_attention_fully_masked_rows_give_zero(nt):
+    q = values((2, 8, 3, 128), torch.float16)
+    k, v = values((2, 2, 700, 128), torch.float16), values((2, 2, 700, 128), torch.float16)
+    keep = torch.rand(2, 8, 3, 700, device="cuda") > 0.5
+    keep[:, :, 1] = False  # the second query of every head sees no key
+    got = nt.scaled_dot_product_attention(q, k, v, keep, enable_gqa=True)
+    assert torch.equal(got[:, :, 1], torch.zeros_like(got[:, :, 1]))
+    expected = sdpa_reference(q[:, :, ::2], k, v, keep[:, :, ::2]).half()
+    torch.testing.assert_close(got[:, :, ::2], expected, rtol=1e-2, atol=1e-2)
+
+
 def test_attention_kv_cache(nt):
     dtype, head_dim = torch.float16, 128
     cache_k = values((1, 4, 64, head_dim), dtype)

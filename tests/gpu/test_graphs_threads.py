@@ -65,3 +65,31 @@ def test_eight_threads_launch_at_once(nt):
     for thread in threads:
         thread.join()
     assert not errors, errors
+
+
+def test_split_attention_replays_in_a_graph(nt):
+    """Decode attention splits the keys and merges the parts through counters tagged
+    with the launch's id: a graph replays that id, so each replay must find the
+    counters its last run cleared."""
+    q = torch.randn(1, 32, 1, 128, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(1, 8, 4096, 128, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(1, 8, 4096, 128, device="cuda", dtype=torch.bfloat16)
+
+    def step():
+        return nt.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step()
+    for _ in range(3):
+        q.copy_(torch.randn_like(q))
+        k.copy_(torch.randn_like(k))
+        graph.replay()
+        torch.cuda.synchronize()
+        expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+        torch.testing.assert_close(out, expected, rtol=1e-2, atol=1e-2)

@@ -247,41 +247,114 @@ def check_split_k():
 
 
 def check_attention(make):
+    """Unsplit (prefill's configuration): rows of a block from two query heads, key
+    lengths no block divides, every mask; then split keys (decode's) directly."""
     for mask in ("none", "causal", "bool", "float"):
-        attention_with(make, mask)
+        for seq_q, seq_kv in ((37, 53), (3, 40), (1, 1)):
+            attention_with(make, mask, seq_q, seq_kv)
+    check_split_attention()
 
 
-def attention_with(make, mask):
-    batch, heads_q, heads_kv, seq_q, seq_kv, head_dim = 2, 4, 2, 37, 53, 64
-    q = torch.randn(batch, heads_q, seq_q, head_dim)
-    k, v = (torch.randn(batch, heads_kv, seq_kv, head_dim) for _ in range(2))
-    kernel = make(
-        "scaled_dot_product_attention",
-        4,
-        head_dim="64",
-        mask=mask,
-        block_size_m=16,
-        block_size_n=16,
-    )
-    out = torch.empty_like(q)
-    scale = 1 / math.sqrt(head_dim)
+def _attention_case(mask, batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, dtype=torch.float32):
+    """Random inputs in the layouts models pass (query a transposed view), the mask
+    argument as the kernel takes it and torch's result."""
+    q = torch.randn(batch, seq_q, heads_q, head_dim, dtype=dtype).transpose(1, 2)
+    k, v = (torch.randn(batch, heads_kv, seq_kv, head_dim, dtype=dtype) for _ in range(2))
     kr, vr = (t.repeat_interleave(heads_q // heads_kv, 1) for t in (k, v))
-    if mask == "none":
-        kernel(q, k, v, scale, out)
-        expected = F.scaled_dot_product_attention(q, kr, vr)
-    elif mask == "causal":
-        kernel(q, k, v, scale, seq_kv - seq_q, out)  # lower-right
+    extra, reference_mask = (), None
+    if mask == "causal":
         from torch.nn.attention.bias import causal_lower_right
 
-        expected = F.scaled_dot_product_attention(q, kr, vr, causal_lower_right(seq_q, seq_kv))
-    else:
-        attn_mask = torch.rand(batch, 1, seq_q, seq_kv) > 0.3
-        attn_mask[..., 0] = True
+        extra, reference_mask = (seq_kv - seq_q,), causal_lower_right(seq_q, seq_kv)
+    elif mask in ("bool", "float"):
+        reference_mask = torch.rand(batch, 1, seq_q, seq_kv) > 0.3
+        reference_mask[..., 0] = True
         if mask == "float":
-            attn_mask = torch.randn(1, heads_q, 1, seq_kv)
-        kernel(q, k, v, attn_mask.expand(batch, heads_q, seq_q, seq_kv), scale, out)
-        expected = F.scaled_dot_product_attention(q, kr, vr, attn_mask)
-    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+            reference_mask = torch.randn(1, heads_q, 1, seq_kv)
+        extra = (reference_mask.expand(batch, heads_q, seq_q, seq_kv),)
+    expected = F.scaled_dot_product_attention(q, kr, vr, reference_mask)
+    return q, k, v, extra, expected
+
+
+def attention_with(make, mask, seq_q, seq_kv):
+    batch, heads_q, heads_kv, head_dim = 2, 4, 2, 64
+    q, k, v, extra, expected = _attention_case(mask, batch, heads_q, heads_kv, seq_q, seq_kv, 64)
+    kernel = make(
+        "scaled_dot_product_attention", 4, head_dim="64", mask=mask,
+        block_size_m=16, block_size_n=16, block_size_d=64,
+    )  # fmt: skip
+    out = torch.empty(batch, heads_q, seq_q, head_dim)
+    rows = out.view(batch, heads_kv, heads_q // heads_kv * seq_q, head_dim)
+    scale = 1 / math.sqrt(head_dim)
+    if mask == "causal":
+        kernel(rows, q, k, v, scale, *extra)
+    else:
+        kernel(rows, q, k, v, *extra, scale)
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4, msg=f"{mask} {seq_q}x{seq_kv}")
+
+
+def check_split_attention():
+    """Split keys (flash decoding, grid = blocks of rows x parts): each part's maximum,
+    sum and accumulator in the workspace, the last part of a block to arrive merges
+    them. Parts past the keys (more parts than key blocks, a causal part after the
+    diagonal) hold nothing; head_dim 96 pads to 128; the workspace comes unzeroed,
+    with another launch's counts in it, and a graph replays a launch id."""
+    import triton
+    import triton.language as tl
+
+    global attend  # the interpreter resolves a kernel's names in its module's globals
+    from ntops_aot.kernels.scaled_dot_product_attention import attend
+
+    @triton.jit
+    def split(
+        q, k, v, o, bias, workspace, launch, scale, offset,
+        batch, heads_kv, seq_q, seq_kv, rows_total, head_dim,
+        sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, so_b, so_h, so_r,
+        sb_b, sb_h, sb_s, sb_k,
+        BLOCK_D: tl.constexpr, MASK: tl.constexpr,
+    ):  # fmt: skip
+        attend(
+            q, k, v, o, bias, workspace, launch, scale, offset,
+            batch, heads_kv, seq_q, seq_kv, rows_total, head_dim,
+            sq_b, sq_h, sq_s, 1, sk_b, sk_h, sk_s, 1, sv_b, sv_h, sv_s, 1, so_b, so_h, so_r, 1,
+            sb_b, sb_h, sb_s, sb_k, 16, 16, BLOCK_D, MASK, 8, "ieee",
+        )  # fmt: skip
+
+    kinds = {"none": 0, "causal": 1, "bool": 2, "float": 3}
+    for mask, seq_q, seq_kv, head_dim, parts in [
+        ("none", 1, 100, 64, 3),
+        ("none", 1, 20, 64, 5),  # more parts than key blocks
+        ("causal", 4, 70, 96, 4),  # the last part past every query's diagonal
+        ("bool", 2, 45, 64, 2),
+        ("float", 1, 1, 64, 3),
+    ]:
+        batch, heads_q, heads_kv = 2, 4, 2
+        q, k, v, extra, expected = _attention_case(
+            mask, batch, heads_q, heads_kv, seq_q, seq_kv, head_dim
+        )
+        out = torch.full((batch, heads_q, seq_q, head_dim), float("nan"))
+        rows_total = heads_q // heads_kv * seq_q
+        rows = out.view(batch, heads_kv, rows_total, head_dim)
+        tiles = batch * heads_kv * -(-rows_total // 16)
+        programs = tiles * parts
+        block_d = triton.next_power_of_2(head_dim)
+        words = programs * (2 + 16 * (2 + block_d)) + 32 * (programs // 16 + 1)
+        workspace = torch.randint(-(2**31), 2**31 - 1, (words,), dtype=torch.int32)
+        workspace.view(torch.int64)[: tiles // 2] = 5 * 64 + 1  # another launch's count
+        bias = extra[0] if mask in ("bool", "float") else out
+        bias_strides = bias.stride() if mask in ("bool", "float") else (0, 0, 0, 0)
+        offset = extra[0] if mask == "causal" else 0
+        for launch in (7, 7, 8):  # 7 twice: a graph replay
+            out.fill_(float("nan"))
+            split[(programs,)](
+                q, k, v, rows, bias, workspace, launch, 1 / math.sqrt(head_dim), offset,
+                batch, heads_kv, seq_q, seq_kv, rows_total, head_dim,
+                *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *rows.stride()[:3],
+                *bias_strides, block_d, kinds[mask],
+            )  # fmt: skip
+            torch.testing.assert_close(
+                out, expected, rtol=1e-4, atol=1e-4, msg=f"{mask} {seq_q}x{seq_kv} {parts} parts"
+            )
 
 
 def check_rotary_position_embedding(make):
