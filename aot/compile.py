@@ -106,7 +106,9 @@ def compile_kernel(kernel: GeneratedKernel) -> CompiledKernel:
     try:
         compiled = triton.compile(source, target=gpu_target, options=options.__dict__)
     except Exception as error:
-        raise CompileError(kernel.id, f"Triton failed: {_deepest(error)}", _reproduce(kernel)) from error
+        raise CompileError(
+            kernel.id, f"Triton failed: {_deepest(error)}", _reproduce(kernel)
+        ) from error
     _check_launchable(kernel, compiled.metadata)
     runtime = [i for i, type_ in enumerate(kernel.signature) if type_ != "constexpr"]
     metadata = compiled.metadata
