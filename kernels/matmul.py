@@ -20,6 +20,7 @@ import triton.language as tl
 from ninetoothed import Tensor
 
 from ntops_aot.aot.space import FLOATS, Bucket, Config, Operand, VariantSpace
+from ntops_aot.kernels.parts import arrive, partial_results
 
 # Kernels with unit-stride dims: the left operand row-major (activations are), the
 # right one row-major or column-major: `x @ w.t()` with w in nn.Linear's (out, in)
@@ -462,25 +463,6 @@ def product(
 
 
 @triton.jit
-def arrive(slot, launch):
-    """Count one more part of a tile done, and return how many are. The counter tags
-    its count with the launch's id (unique in the process): the workspace comes
-    unzeroed, and whatever it held before is another launch's count or no count. A
-    graph replays its launch id, so the last part clears the counter."""
-    tag = launch * 16
-    done = False
-    count = tag - tag  # an int64 zero: loop-carried values keep their type
-    while not done:
-        # Scalar atomics run once per program and their result reaches every thread:
-        # a plain load could differ between threads and split them across the loop.
-        seen = tl.atomic_add(slot, 0, sem="acquire", scope="gpu")
-        wanted = tl.where(seen // 16 == launch, seen + 1, tag + 1)
-        done = tl.atomic_cas(slot, seen, wanted, sem="acq_rel", scope="gpu") == seen
-        count = wanted - tag
-    return count
-
-
-@triton.jit
 def product_part(
     a, b, c, a_desc, b_desc, c_desc, batch, M, N, K, sa_b, sa_m, sa_k,
     sb_b, sb_k, sb_n, sc_b, sc_m, sc_n, bias, sd_b, sd_m, sd_n, beta, alpha, workspace, launch,
@@ -514,7 +496,7 @@ def product_part(
         accumulator = tl.dot(left, right, accumulator, input_precision=PRECISION)
     if parts > 1:
         counters = workspace.to(tl.pointer_type(tl.int64))
-        partials = (workspace + tl.cdiv(programs, 16) * 32).to(tl.pointer_type(tl.float32))
+        partials = partial_results(workspace)
         within = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
         tl.store(partials + pid * (BLOCK_M * BLOCK_N) + within, accumulator)
         tl.debug_barrier()  # every thread's part stored before the counter says so

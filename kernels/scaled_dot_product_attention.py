@@ -33,6 +33,7 @@ import triton.language as tl
 from ninetoothed import Tensor
 
 from ntops_aot.aot.space import FLOATS, Bucket, Config, Operand, Tuning, VariantSpace
+from ntops_aot.kernels.parts import arrive, partial_results
 
 MASKS = ("none", "causal", "bool", "float")
 SPACE = VariantSpace(
@@ -141,24 +142,6 @@ def workspace(config):
 
 
 # ---- the kernel --------------------------------------------------------------------
-
-
-@triton.jit
-def arrive(slot, launch):
-    """Count one more part of a block of rows done, and return how many are. The
-    counter tags its count with the launch's id (unique in the process): the
-    workspace comes unzeroed, and whatever it held before is another launch's count
-    or no count. A graph replays its launch id, so the last part clears the counter."""
-    tag = launch * 64
-    done = False
-    count = tag - tag  # an int64 zero: loop-carried values keep their type
-    while not done:
-        # Scalar atomics run once per program and their result reaches every thread.
-        seen = tl.atomic_add(slot, 0, sem="acquire", scope="gpu")
-        wanted = tl.where(seen // 64 == launch, seen + 1, tag + 1)
-        done = tl.atomic_cas(slot, seen, wanted, sem="acq_rel", scope="gpu") == seen
-        count = wanted - tag
-    return count
 
 
 @triton.jit
@@ -302,9 +285,8 @@ def merge(
     their common maximum, in part order (the result does not depend on who arrived
     when), and stores the rows. Workspace: an int64 counter per program (one per
     block of rows in use), then each program's partial result."""
-    programs = tl.num_programs(0)
     counters = workspace.to(tl.pointer_type(tl.int64))
-    partials = (workspace + tl.cdiv(programs, 16) * 32).to(tl.pointer_type(tl.float32))
+    partials = partial_results(workspace)
     size = BLOCK_M * (2 + BLOCK_D)
     within = tl.arange(0, BLOCK_M)
     cells = within[:, None] * BLOCK_D + tl.arange(0, BLOCK_D)[None, :]

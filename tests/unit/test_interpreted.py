@@ -236,7 +236,7 @@ def check_split_k():
         programs = tiles * parts
         # Garbage, as recycled memory holds: noise, and counts another launch (5) left.
         workspace = torch.randint(-(2**31), 2**31 - 1, (programs * 258 + 32,), dtype=torch.int32)
-        workspace.view(torch.int64)[: tiles // 2] = 5 * 16 + 2
+        workspace.view(torch.int64)[: tiles // 2] = 5 * 64 + 2
         for launch in (7, 7, 8):  # 7 twice: a graph replay
             c = torch.full((37, 29), float("nan"))
             split[(programs,)](a, b, c, workspace, launch, 37, 29, 200, 16, 16, 16)
