@@ -4,6 +4,8 @@ import threading
 
 import torch
 
+from tests.gpu.graphs import captured
+
 
 def test_cuda_graph_capture_and_replay(nt):
     assert nt.preload() > 0
@@ -16,14 +18,7 @@ def test_cuda_graph_capture_and_replay(nt):
         s = nt.add(x, y, alpha=0.5)
         return nt.softmax(nt.gelu(s), -1), nt.rms_norm(nt.mul(s, y), (123,), w), nt.mm(a, b)
 
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        step()  # warm up outside the graph, as torch recommends
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        outputs = step()
+    graph, outputs = captured(step)
     for _ in range(3):
         x.copy_(torch.randn_like(x))
         y.copy_(torch.randn_like(y))
@@ -78,14 +73,7 @@ def test_split_attention_replays_in_a_graph(nt):
     def step():
         return nt.scaled_dot_product_attention(q, k, v, enable_gqa=True)
 
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        step()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = step()
+    graph, out = captured(step)
     for _ in range(3):
         q.copy_(torch.randn_like(q))
         k.copy_(torch.randn_like(k))

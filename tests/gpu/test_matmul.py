@@ -8,6 +8,8 @@ import threading
 import pytest
 import torch
 
+from tests.gpu.graphs import captured
+
 HALF = (torch.float16, torch.bfloat16)
 LIMIT = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
 # Row counts on both sides of every bucket bound of kernels/matmul.py, and prefill.
@@ -70,14 +72,7 @@ def test_memory_of_its_own_under_graph_capture(nt):
     def step():
         return [nt.mm(x, w.t()) for x in inputs]
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        outputs = step()
+    graph, outputs = captured(step)
     other = torch.cuda.Stream()
     for _ in range(3):
         for x in inputs:
