@@ -20,7 +20,7 @@ import triton.language as tl
 from ninetoothed import Tensor
 
 from ntops_aot.aot.space import FLOATS, Bucket, Config, Operand, VariantSpace
-from ntops_aot.kernels.parts import arrive, partial_results
+from ntops_aot.kernels.parts import arrive, claim, partial_results
 
 # Kernels with unit-stride dims: the left operand row-major (activations are), the
 # right one row-major or column-major: `x @ w.t()` with w in nn.Linear's (out, in)
@@ -487,6 +487,9 @@ def product_part(
     steps = tl.cdiv(K, BLOCK_K)
     per_part = tl.cdiv(steps, parts)
     first = (pid % parts) * per_part
+    counters = workspace.to(tl.pointer_type(tl.int64))
+    if parts > 1:
+        claim(counters + tile, launch)
     accumulator = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for step in tl.range(first, tl.minimum(first + per_part, steps)):
         left, right = operands(
@@ -495,7 +498,6 @@ def product_part(
         )  # fmt: skip
         accumulator = tl.dot(left, right, accumulator, input_precision=PRECISION)
     if parts > 1:
-        counters = workspace.to(tl.pointer_type(tl.int64))
         partials = partial_results(workspace)
         within = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
         tl.store(partials + pid * (BLOCK_M * BLOCK_N) + within, accumulator)

@@ -19,19 +19,23 @@ def partial_results(workspace):
 
 
 @triton.jit
+def claim(slot, launch):
+    """Tag a unit of work's counter with the launch's id (unique in the process), at
+    the start of each of its parts: the workspace comes unzeroed, and whatever the
+    counter held is another launch's count or no count. Only the first claim of a
+    launch changes it; the compare-and-swap of the others fails, and needs no retry:
+    the counter holds this launch's tag by then. A graph replays its launch id, so the
+    last part clears the counter (`arrive`)."""
+    # Scalar atomics run once per program and their result reaches every thread:
+    # a plain load could differ between threads.
+    seen = tl.atomic_add(slot, 0, sem="relaxed", scope="gpu")
+    if seen // 64 != launch:
+        tl.atomic_cas(slot, seen, launch * 64, sem="relaxed", scope="gpu")
+
+
+@triton.jit
 def arrive(slot, launch):
-    """Count one more part of a unit of work done, and return how many are (at most
-    63). The counter tags its count with the launch's id (unique in the process): the
-    workspace comes unzeroed, and whatever it held before is another launch's count or
-    no count. A graph replays its launch id, so the last part clears the counter."""
-    tag = launch * 64
-    done = False
-    count = tag - tag  # an int64 zero: loop-carried values keep their type
-    while not done:
-        # Scalar atomics run once per program and their result reaches every thread:
-        # a plain load could differ between threads and split them across the loop.
-        seen = tl.atomic_add(slot, 0, sem="acquire", scope="gpu")
-        wanted = tl.where(seen // 64 == launch, seen + 1, tag + 1)
-        done = tl.atomic_cas(slot, seen, wanted, sem="acq_rel", scope="gpu") == seen
-        count = wanted - tag
-    return count
+    """Count one more part of a unit of work done (after `claim`), and return how
+    many are (at most 63): one atomic, so parts that finish together do not queue on
+    retries (a compare-and-swap loop here cost 11 us of a 23 us batch-1 decode)."""
+    return tl.atomic_add(slot, 1, sem="acq_rel", scope="gpu") + 1 - launch * 64

@@ -33,7 +33,7 @@ import triton.language as tl
 from ninetoothed import Tensor
 
 from ntops_aot.aot.space import FLOATS, Bucket, Config, Operand, Tuning, VariantSpace
-from ntops_aot.kernels.parts import arrive, partial_results
+from ntops_aot.kernels.parts import arrive, claim, partial_results
 
 MASKS = ("none", "causal", "bool", "float")
 SPACE = VariantSpace(
@@ -203,6 +203,8 @@ def attend(
         parts = tl.num_programs(0) // tiles
         tile = pid // parts
         part = pid % parts
+        if parts > 1:
+            claim(workspace.to(tl.pointer_type(tl.int64)) + tile, launch)
     else:
         parts = 1
         tile = pid
@@ -265,7 +267,8 @@ def attend(
         if parts > 1:
             merge(
                 accumulator, running_max, running_sum, workspace, launch, o_rows, stored,
-                tile, part, parts, BLOCK_M, BLOCK_D, MAX_PARTS,
+                tile, part, parts, tl.cdiv(seq_kv, tl.maximum(per_part, 1)),
+                BLOCK_M, BLOCK_D, MAX_PARTS,
             )  # fmt: skip
         else:
             result = tl.where(running_sum[:, None] == 0, 0.0, accumulator / running_sum[:, None])
@@ -278,11 +281,11 @@ def attend(
 @triton.jit
 def merge(
     accumulator, running_max, running_sum, workspace, launch, o_rows, stored,
-    tile, part, parts, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, MAX_PARTS: tl.constexpr,
+    tile, part, parts, used, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, MAX_PARTS: tl.constexpr,
 ):  # fmt: skip
     """Split keys: leave this part's maximum, sum and accumulator of each row in the
     workspace; the last part of the block of rows to arrive rescales every part's to
-    their common maximum, in part order (the result does not depend on who arrived
+    their common maximum, in a fixed order (the result does not depend on who arrived
     when), and stores the rows. Workspace: an int64 counter per program (one per
     block of rows in use), then each program's partial result."""
     counters = workspace.to(tl.pointer_type(tl.int64))
@@ -293,14 +296,18 @@ def merge(
     mine = partials + (tile * parts + part) * size
     tl.store(mine + within, running_max)
     tl.store(mine + BLOCK_M + within, running_sum)
-    tl.store(mine + 2 * BLOCK_M + cells, accumulator)
+    tl.store(mine + 2 * BLOCK_M + cells, accumulator, mask=stored)  # the live rows
     tl.debug_barrier()  # every thread's part stored before the counter says so
     if arrive(counters + tile, launch) == parts:
+        # Parts past the keys hold nothing: the merge reads the first `used` only, and
+        # of them the live rows. Their loads go one part after another: wider loads
+        # (all parts of a row, or chunks of parts at once) measured slower, and so did
+        # unrolling the parts (H100, batch-1 decode, 2026-11-22).
         first = partials + tile * parts * size
         others = tl.arange(0, MAX_PARTS)
         maxima = tl.load(
             first + others[:, None] * size + within[None, :],
-            mask=(others < parts)[:, None],
+            mask=(others < used)[:, None],
             other=float("-inf"),
             cache_modifier=".cg",
         )
@@ -308,11 +315,14 @@ def merge(
         shift = tl.where(highest == float("-inf"), 0.0, highest)
         total = tl.zeros((BLOCK_M,), dtype=tl.float32)
         result = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
-        for other in tl.range(0, parts, num_stages=3):  # the parts' loads in flight together
+        for other in tl.range(0, used, num_stages=3):  # the parts' loads in flight together
             slot = first + other * size
             weight = tl.exp2(tl.load(slot + within, cache_modifier=".cg") - shift)
             total += weight * tl.load(slot + BLOCK_M + within, cache_modifier=".cg")
-            result += weight[:, None] * tl.load(slot + 2 * BLOCK_M + cells, cache_modifier=".cg")
+            partial = tl.load(
+                slot + 2 * BLOCK_M + cells, mask=stored, other=0.0, cache_modifier=".cg"
+            )
+            result += weight[:, None] * partial
         result = tl.where(total[:, None] == 0, 0.0, result / total[:, None])
         tl.store(o_rows, result.to(o_rows.dtype.element_ty), mask=stored)
         tl.store(counters + tile, 0)  # a graph's replay finds no count of its own
