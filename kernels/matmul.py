@@ -144,19 +144,20 @@ def config(variant, bucket):
 # kernels there (nvjet, in ncu) are warp-specialised TMA kernels of 96-128 programs in
 # clusters of 2-4, 15-16 stages of 64-wide K steps.
 _PLAIN, _SPLIT = {"tma": False}, {"split": 4}
-_NARROW = [  # up to 64 rows
+# Up to 64 rows: 64x64 tiles read every weight row once; at N=4096 they leave half the
+# multiprocessors idle, where 64x32 and 32x32 tiles fill them (re-reading the
+# activations from L2) and lose at wider N. Split K gives wide tiles programs but pays
+# for its merge: on an H100 (2026-11-22, device time) a split in 2 without the merge
+# matched cuBLAS where the merge left it at 0.87-0.93x.
+_NARROW = [
     (64, 64, 128, 4, 6, _PLAIN),
+    (64, 64, 128, 4, 5, _PLAIN),
     (64, 64, 128, 4, 3, _PLAIN),
-    (64, 64, 256, 4, 3, _PLAIN),
-    (64, 32, 256, 4, 4, _PLAIN),
     (32, 32, 256, 4, 4, _PLAIN),
-    (32, 32, 256, 4, 6, _PLAIN),
-    (32, 32, 512, 4, 3, _PLAIN),
+    (64, 32, 256, 4, 4, _PLAIN),
     (32, 64, 256, 4, 4, _PLAIN),
-    (16, 64, 256, 4, 4, _PLAIN),
-    (64, 64, 256, 4, 3, {**_PLAIN, "split": 2}),
     (64, 64, 128, 4, 6),
-    (64, 32, 256, 4, 4),
+    (64, 64, 128, 4, 6, {**_PLAIN, "split": 2}),
 ]
 _CANDIDATES = {
     "decode": [
@@ -529,7 +530,12 @@ def workspace(config):
 
 # ---- the applications: `product` over the source tensors -----------------------------
 # They live here, beside `product` and its helpers, because ninetoothed takes the
-# Triton functions an application calls from the application's own module.
+# Triton functions an application calls from the application's own module. N comes
+# from the output, whose unit-stride dim it is: aligned specialisations compile it as
+# a multiple of 16, so tile columns past N mask whole vectors. Taken from a
+# column-major right operand it is not, and the masks cost Triton 3.9 scalar stores
+# and a fifth more instructions per K step (0.81-0.89x cuBLAS at 64 rows, 0.94-0.98x
+# with N from the output; H100, 2026-11-22).
 
 
 def application_mm(
@@ -539,7 +545,7 @@ def application_mm(
     product(
         input.source.data_ptr(), 1, input.source.shape[0], input.source.shape[1],
         0, input.source.stride(0), input.source.stride(1),
-        other.source.data_ptr(), other.source.shape[1],
+        other.source.data_ptr(), output.source.shape[1],
         0, other.source.stride(0), other.source.stride(1),
         output.source.data_ptr(), 0, output.source.stride(0), output.source.stride(1),
         output.source.data_ptr(), 0, 0, 0, 0.0, 1.0, workspace.source.data_ptr(), launch,
@@ -556,7 +562,7 @@ def application_bmm(
         input.source.data_ptr(), output.source.shape[0],
         input.source.shape[1], input.source.shape[2],
         input.source.stride(0), input.source.stride(1), input.source.stride(2),
-        other.source.data_ptr(), other.source.shape[2],
+        other.source.data_ptr(), output.source.shape[2],
         other.source.stride(0), other.source.stride(1), other.source.stride(2),
         output.source.data_ptr(),
         output.source.stride(0), output.source.stride(1), output.source.stride(2),
@@ -573,7 +579,7 @@ def application_addmm(
     product(
         mat1.source.data_ptr(), 1, mat1.source.shape[0], mat1.source.shape[1],
         0, mat1.source.stride(0), mat1.source.stride(1),
-        mat2.source.data_ptr(), mat2.source.shape[1],
+        mat2.source.data_ptr(), output.source.shape[1],
         0, mat2.source.stride(0), mat2.source.stride(1),
         output.source.data_ptr(), 0, output.source.stride(0), output.source.stride(1),
         input.source.data_ptr(), 0, input.source.stride(0), input.source.stride(1),
