@@ -262,10 +262,11 @@ def specializations(op: OpDef, variant: Variant, args: Sequence[Arg]) -> list[Sp
     ]
     combos = list(itertools.product(*choices))
     specs = []
-    if "aligned" in space.specs:
-        specs += [Spec(32, combo, aligned=True) for combo in combos]
-    if "unit" in space.specs:
-        specs += [Spec(32, combo) for combo in combos]
+    if space.specialized_ndims is None or variant.ndim <= space.specialized_ndims:
+        if "aligned" in space.specs:
+            specs += [Spec(32, combo, aligned=True) for combo in combos]
+        if "unit" in space.specs:
+            specs += [Spec(32, combo) for combo in combos]
     if "generic" in space.specs:
         specs.append(Spec(32))
     if "wide" in space.specs and (space.coalesce == "none" or variant.widest):

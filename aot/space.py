@@ -75,6 +75,10 @@ class VariantSpace:
     unit_dims: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
     unspecialized: tuple[str, ...] = ()
     specs: tuple[str, ...] = SPECS
+    # The most dims the unit-stride and aligned specialisations are built at (None:
+    # every ndim); calls with more take the generic kernel. An arrangement that
+    # flattens more dims than Triton's alignment analysis follows gains nothing there.
+    specialized_ndims: int | None = None
     in_place: bool | None = None  # None: element-wise ops (coalesce "all") only
     # A premake parameter the launcher allocates per launch instead of the caller
     # passing it (its size: the kernel file's `workspace(config)`, per program).
@@ -97,6 +101,8 @@ class VariantSpace:
             raise ValueError("switch_dtypes names a switch that is not in switches")
         if not self.specs or set(self.specs) - set(SPECS):
             raise ValueError(f"specs must be some of {SPECS}, not {self.specs}")
+        if self.specialized_ndims is not None and "generic" not in self.specs:
+            raise ValueError("specialized_ndims needs the generic kernel for wider calls")
 
     def switch_choices(self, dtype: str) -> list[tuple[tuple[str, str], ...]]:
         """Every combination of switch values built for `dtype`, in declared order."""

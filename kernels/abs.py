@@ -5,7 +5,9 @@ import ninetoothed.language as ntl
 from ntops_aot.aot.space import FLOATS, VariantSpace
 from ntops_aot.kernels import element_wise
 
-SPACE = VariantSpace(dtypes=FLOATS, ndims=element_wise.NDIMS)
+SPACE = VariantSpace(
+    dtypes=FLOATS, ndims=element_wise.NDIMS, specialized_ndims=element_wise.SPECIALIZED_NDIMS
+)
 
 arrangement = element_wise.arrangement
 config = element_wise.config

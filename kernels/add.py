@@ -6,7 +6,12 @@ import ninetoothed.language as ntl
 from ntops_aot.aot.space import FLOATS, VariantSpace
 from ntops_aot.kernels import element_wise
 
-SPACE = VariantSpace(dtypes=FLOATS, ndims=element_wise.NDIMS, switches=element_wise.OTHER)
+SPACE = VariantSpace(
+    dtypes=FLOATS,
+    ndims=element_wise.NDIMS,
+    specialized_ndims=element_wise.SPECIALIZED_NDIMS,
+    switches=element_wise.OTHER,
+)
 
 arrangement = element_wise.arrangement
 config = element_wise.config

@@ -3,7 +3,11 @@
 from ntops_aot.aot.space import BOOL, INTEGERS, VariantSpace
 from ntops_aot.kernels import element_wise
 
-SPACE = VariantSpace(dtypes=INTEGERS + BOOL, ndims=element_wise.NDIMS)
+SPACE = VariantSpace(
+    dtypes=INTEGERS + BOOL,
+    ndims=element_wise.NDIMS,
+    specialized_ndims=element_wise.SPECIALIZED_NDIMS,
+)
 
 arrangement = element_wise.arrangement
 config = element_wise.config

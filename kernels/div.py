@@ -17,6 +17,7 @@ from ntops_aot.kernels import element_wise
 SPACE = VariantSpace(
     dtypes=FLOATS,
     ndims=element_wise.NDIMS,
+    specialized_ndims=element_wise.SPECIALIZED_NDIMS,
     switches={"rounding_mode": ("none", "trunc", "floor"), **element_wise.OTHER},
 )
 

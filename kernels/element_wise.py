@@ -13,6 +13,12 @@ from ninetoothed import Tensor
 from ntops_aot.aot.space import Config
 
 NDIMS = (1, 2, 4)
+# Flattened, 4 dims lose what the specialisations assume of the last one: Triton's
+# alignment analysis does not follow it through three divisions (the aligned kernels
+# of an sm_90 build came out byte for byte the unit-stride ones, all 228), and a
+# stride of 1 saves one multiply per element of a memory-bound kernel. 4-dim calls
+# take the generic kernel: two kernels fewer per 4-dim variant to compile.
+SPECIALIZED_NDIMS = 2
 # 1024 elements and 4 warps: 8 elements (fp32: two 128-bit loads) per thread.
 BLOCK_SIZE = 1024
 CONFIG = Config(num_warps=4, num_stages=1)

@@ -7,7 +7,10 @@ from ntops_aot.aot.space import FLOATS, VariantSpace
 from ntops_aot.kernels import element_wise
 
 SPACE = VariantSpace(
-    dtypes=FLOATS, ndims=element_wise.NDIMS, switches={"approximate": ("none", "tanh")}
+    dtypes=FLOATS,
+    ndims=element_wise.NDIMS,
+    specialized_ndims=element_wise.SPECIALIZED_NDIMS,
+    switches={"approximate": ("none", "tanh")},
 )
 
 arrangement = element_wise.arrangement

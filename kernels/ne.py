@@ -10,7 +10,10 @@ from ntops_aot.aot.space import BOOL, FLOATS, INTEGERS, VariantSpace
 from ntops_aot.kernels import element_wise
 
 SPACE = VariantSpace(
-    dtypes=FLOATS + INTEGERS + BOOL, ndims=element_wise.NDIMS, switches=element_wise.OTHER
+    dtypes=FLOATS + INTEGERS + BOOL,
+    ndims=element_wise.NDIMS,
+    specialized_ndims=element_wise.SPECIALIZED_NDIMS,
+    switches=element_wise.OTHER,
 )
 
 arrangement = element_wise.arrangement

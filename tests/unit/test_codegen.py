@@ -42,6 +42,22 @@ def test_specs_compile_unit_strides_as_constants(registry):
     assert unit.divisible == ()
 
 
+def test_element_wise_specialisations_stop_at_two_dims(registry):
+    """Past 2 dims the flattened arrangement keeps nothing the specialisations assume:
+    4-dim calls take the generic kernel."""
+    four = generate(registry, Variant("add", "sm_90", "fp16", 4, widest=True))
+    assert [k.spec.name for k in four] == ["i32", "i64"]
+    two = generate(registry, Variant("add", "sm_90", "fp16", 2))
+    assert [k.spec.name for k in two][:2] == ["i32-u111-a16", "i32-u111"]
+
+
+def test_specialised_ndims_need_the_generic_kernel():
+    from ntops_aot.aot.space import VariantSpace
+
+    with pytest.raises(ValueError, match="generic"):
+        VariantSpace(dtypes=("fp16",), ndims=(4,), specs=("unit",), specialized_ndims=2)
+
+
 def test_64_bit_kernels_compute_offsets_in_64_bits(registry):
     generic, wide = generate(registry, Variant("add", "sm_90", "fp32", 1))[2:]
     assert "program_id(0).to(triton.language.int64)" in wide.source
