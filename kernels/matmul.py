@@ -134,15 +134,13 @@ def config(variant, bucket):
 # multiprocessors), so narrow tiles, long K steps and split K are in the running, and
 # plain loads next to TMA (no descriptors to make per program). Split K zeroed its
 # counters with a memset, 2 us of a 16 us product, until `arrive` tagged them instead.
-# From 17 rows on, deep pipelines of long K steps win: on an H100 (device time,
-# 2026-11-22) 64x64x128 tiles reach 0.89x cuBLAS with 6 stages against 0.80x with 3,
-# and splitting K (programs filling the last wave) lost to every unsplit tile. At 48-64
-# rows TMA loads pay for their descriptors (64x64x128, 6 stages: 0.87-0.97x against
-# 0.82-0.92x through pointers). Lost there too: stream K (equal shares of all tiles'
-# K steps over 132 programs, 0.51-0.94x: partials and re-read activations load L2), and
-# tiles small enough for 2-4 programs per multiprocessor (64x32, 0.79-0.94x). cuBLAS's
-# kernels there (nvjet, in ncu) are warp-specialised TMA kernels of 96-128 programs in
-# clusters of 2-4, 15-16 stages of 64-wide K steps.
+# From 17 rows on, deep pipelines of long K steps win. Measured on an H100 (device time,
+# 2026-11-22) while N still came from the right operand (see the applications), so
+# every ratio below was low by 5-15%: splitting K lost to every unsplit tile, stream K
+# (equal shares of all tiles' K steps over 132 programs, 0.51-0.94x: partials and
+# re-read activations load L2) lost, and so did tiles small enough for 2-4 programs per
+# multiprocessor. cuBLAS's kernels there (nvjet, in ncu) are warp-specialised TMA
+# kernels of 96-128 programs in clusters of 2-4, 15-16 stages of 64-wide K steps.
 _PLAIN, _SPLIT = {"tma": False}, {"split": 4}
 # Up to 64 rows: 64x64 tiles read every weight row once; at N=4096 they leave half the
 # multiprocessors idle, where 64x32 and 32x32 tiles fill them (re-reading the
