@@ -310,7 +310,7 @@ def _write_wheel(
             name,
             op.space.coalesce,
             op.space.allows_in_place,
-            op.tuning.key if op.tuning else None,
+            op.tuning.keys if op.tuning else (),
         )
         for name, op in planned.ops.items()
         for switches in op.space.all_switch_choices()

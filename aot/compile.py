@@ -15,7 +15,7 @@ from typing import Any
 
 from ntops_aot.aot.codegen import Arg, GeneratedKernel, Param
 from ntops_aot.aot.errors import CompileError
-from ntops_aot.aot.space import Spec, Variant
+from ntops_aot.aot.space import EVERY, Range, Spec, Variant
 from ntops_aot.aot.targets import TARGETS
 
 # Launch kinds the launcher does not make: kernels Triton compiles for cooperative or
@@ -44,9 +44,9 @@ class CompiledKernel:
     scratch_align: int = 1
     workspace: tuple[int, int] = (0, 0)  # bytes per program, and of them zeroed (codegen's)
     num_ctas: int = 1  # programs per cluster
-    # Which calls it serves: the inclusive range of its op's bucket key size, and (in a
-    # tuning wheel) which candidate configuration of that bucket it was built with.
-    bucket: tuple[int, int] = (0, 2**63 - 1)
+    # Which calls it serves: the inclusive ranges of its op's two bucket key sizes, and
+    # (in a tuning wheel) which candidate configuration of that bucket it was built with.
+    bucket: tuple[Range, Range] = (EVERY, EVERY)
     label: str = ""  # "@decode": the buckets it serves, when not all of them
     candidate: int = 0
     config: str = ""  # the configuration, as `Config.__str__` writes it

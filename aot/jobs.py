@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from ntops_aot.aot import codegen, ops, toolchain
 from ntops_aot.aot.compile import CompiledKernel, compile_kernel
-from ntops_aot.aot.space import UNBOUNDED, Config, Spec, Variant
+from ntops_aot.aot.space import EVERY, Config, Range, Spec, Variant
 from ntops_aot.aot.targets import TARGETS
 
 
@@ -26,11 +26,11 @@ class CompileOptions:
 class Build:
     """One configuration of a variant to compile: the specialisations it is built for
     (`aligned`: those assuming 16-byte alignment, or the others, or None for all;
-    `specs`: only these names, if any), the bucket key sizes its kernels serve, and
+    `specs`: only these names, if any), the sizes of the bucket keys its kernels serve, and
     the label their ids carry (`@decode`, `@prefill#2` for a tuning candidate)."""
 
     config: Config
-    bucket: tuple[int, int] = (0, UNBOUNDED)
+    bucket: tuple[Range, Range] = (EVERY, EVERY)
     label: str = ""
     aligned: bool | None = None
     specs: tuple[str, ...] = ()

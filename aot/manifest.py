@@ -16,7 +16,7 @@ from ntops_aot.aot.space import DTYPES, Tuning, Variant, group_key
 from ntops_aot.aot.targets import TARGETS
 from ntops_aot.aot.tuning import Choice
 
-FORMAT = 3
+FORMAT = 4
 
 
 def manifest(
@@ -112,7 +112,7 @@ def _kernel(kernel: CompiledKernel, ptx: Mapping[str, pathlib.Path]) -> dict[str
         "num_stages": kernel.num_stages,
         "num_ctas": kernel.num_ctas,
         "scratch": kernel.scratch,
-        "bucket": list(kernel.bucket),
+        "bucket": [list(served) for served in kernel.bucket],
         "candidate": kernel.candidate,
         "config": kernel.config,
         **shipped,
@@ -123,15 +123,19 @@ def _tuning(tuning: Tuning | None) -> dict[str, Any] | None:
     """An op's tuning declaration, as the tuner and `inspect` read it."""
     if tuning is None:
         return None
+    ranges = tuning.ranges()
     return {
         "function": tuning.function,
         "reference": tuning.reference,
         "options": dict(tuning.options),
         "key": list(tuning.key),
+        "key2": None if tuning.key2 is None else list(tuning.key2),
         "buckets": [
             {
                 "name": bucket.name,
                 "upto": bucket.upto,
+                "upto2": bucket.upto2,
+                "ranges": [list(served) for served in ranges[bucket.name]],
                 "samples": [[operand.as_dict() for operand in sample] for sample in bucket.samples],
             }
             for bucket in tuning.buckets

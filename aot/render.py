@@ -50,13 +50,13 @@ _COALESCE = {"all": "NT_COALESCE_ALL", "leading": "NT_COALESCE_LEADING", "none":
 @dataclasses.dataclass(frozen=True)
 class GroupDef:
     """An op with its switches set, as the runtime addresses it (`gelu-approximate=tanh`);
-    `bucket_key` names the argument and (negative) dim whose size picks a bucket."""
+    `bucket_keys` name the arguments and (negative) dims whose sizes pick a bucket."""
 
     key: str
     op: str
     coalesce: str
     in_place: bool
-    bucket_key: tuple[str, int] | None = None
+    bucket_keys: tuple[tuple[str, int], ...] = ()
 
 
 def environment() -> jinja2.Environment:
@@ -101,7 +101,7 @@ def render_extension(
                 "coalesce": _COALESCE[group.coalesce],
                 "in_place": int(group.in_place),
                 "args": _args(group, members, dtype_index),
-                **_bucket_key(group, members),
+                "bucket_keys": _bucket_keys(group, members),
                 "first_kernel": len(ordered),
                 "num_kernels": len(members) + sum(k.id in ptx_paths for k in members),
             }
@@ -175,18 +175,19 @@ def _position(arg: Arg, dim: int) -> int:
     return NT_MAX_DIMS - arg.ndim + dim
 
 
-def _bucket_key(group: GroupDef, members: Sequence[CompiledKernel]) -> dict[str, int]:
-    """Which stored size of which argument picks a call's bucket (-1: none)."""
-    if group.bucket_key is None or not members:
-        return {"key_arg": -1, "key_pos": 0}
-    name, dim = group.bucket_key
-    args = members[0].args
-    index = next((i for i, arg in enumerate(args) if arg.name == name), None)
-    if index is None or not -args[index].ndim <= dim < 0:
-        raise UnsupportedKernel(
-            f"{group.key}: TUNING.key {group.bucket_key} is not a negative dim of an argument"
-        )
-    return {"key_arg": index, "key_pos": _position(args[index], args[index].ndim + dim)}
+def _bucket_keys(group: GroupDef, members: Sequence[CompiledKernel]) -> list[dict[str, int]]:
+    """Which stored sizes of which arguments pick a call's bucket, always two (arg -1:
+    none, the size 0)."""
+    keys = []
+    for name, dim in group.bucket_keys if members else ():
+        args = members[0].args
+        index = next((i for i, arg in enumerate(args) if arg.name == name), None)
+        if index is None or not -args[index].ndim <= dim < 0:
+            raise UnsupportedKernel(
+                f"{group.key}: TUNING key {(name, dim)} is not a negative dim of an argument"
+            )
+        keys.append({"arg": index, "pos": _position(args[index], args[index].ndim + dim)})
+    return keys + [{"arg": -1, "pos": 0}] * (2 - len(keys))
 
 
 def _grid(kernel: CompiledKernel) -> str:
@@ -246,8 +247,7 @@ def _kernel(
         "scratch_align": kernel.scratch_align,
         "workspace": kernel.workspace[0],
         "workspace_zeroed": kernel.workspace[1],
-        "bucket_low": kernel.bucket[0],
-        "bucket_high": kernel.bucket[1],
+        "bucket": kernel.bucket,
         "candidate": kernel.candidate,
         "needs": needs,
         "grid": grid,

@@ -242,6 +242,8 @@ class Config:
 
 
 UNBOUNDED = 2**63 - 1  # the largest bucket key size, as the launcher stores it (INT64_MAX)
+Range = tuple[int, int]  # key sizes, inclusive
+EVERY: Range = (0, UNBOUNDED)
 ALL = "all"  # the one bucket of ops without a TUNING
 
 
@@ -260,12 +262,14 @@ class Operand:
 
 @dataclasses.dataclass(frozen=True)
 class Bucket:
-    """Calls whose key size is at most `upto` (None: every larger one), with the
-    calls a tuning run times for it (shapes of real models)."""
+    """Calls whose key size is at most `upto` (None: every larger one) and, where the
+    op's TUNING has a `key2`, whose second key size is at most `upto2` (None: every
+    larger one), with the calls a tuning run times for it (shapes of real models)."""
 
     name: str
     upto: int | None = None
     samples: tuple[tuple[Operand, ...], ...] = ()
+    upto2: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,13 +277,15 @@ class Tuning:
     """What an op's speed depends on, as its launcher and tuner see it.
 
     `key` names the argument and dim whose size picks a call's bucket (for a matrix
-    product, the rows of its left operand). `function` is the ntops_prebuilt function a
-    tuning run calls on each sample and `reference` the torch function (a name under
-    `torch`, dotted: `nn.functional.softmax`) its result is checked against, both
-    called with the sample's operands and the keyword arguments `options`. `specs`
-    names the specialisations a tuning wheel builds (those the samples run); the
-    buckets' winners are built for every specialisation that assumes 16-byte
-    alignment, the fallbacks keep the last bucket's configuration."""
+    product, the rows of its left operand); `key2`, if given, a second size that splits
+    the calls of one `upto` further (a product's columns): consecutive buckets with one
+    `upto` take its calls by `upto2`, the last the rest. `function` is the
+    ntops_prebuilt function a tuning run calls on each sample and `reference` the torch
+    function (a name under `torch`, dotted: `nn.functional.softmax`) its result is
+    checked against, both called with the sample's operands and the keyword arguments
+    `options`. `specs` names the specialisations a tuning wheel builds (those the
+    samples run); the buckets' winners are built for every specialisation that assumes
+    16-byte alignment, the fallbacks keep the last bucket's configuration."""
 
     function: str
     reference: str
@@ -287,26 +293,55 @@ class Tuning:
     buckets: tuple[Bucket, ...]
     specs: tuple[str, ...] = ()
     options: Mapping[str, bool | int | float | str] = dataclasses.field(default_factory=dict)
+    key2: tuple[str, int] | None = None
 
     def __post_init__(self) -> None:
         names = [bucket.name for bucket in self.buckets]
         if not names or len(set(names)) != len(names):
             raise ValueError(f"buckets need distinct names, got {names}")
-        bounds = [bucket.upto for bucket in self.buckets]
-        if bounds[-1] is not None or None in bounds[:-1]:
-            raise ValueError("every bucket but the last needs `upto`; the last takes the rest")
-        if bounds[:-1] != sorted(set(bounds[:-1])):  # type: ignore[type-var]
-            raise ValueError(f"bucket bounds must increase, got {bounds}")
+        if self.key2 is None and any(bucket.upto2 is not None for bucket in self.buckets):
+            raise ValueError("buckets bound `upto2` only where the tuning names a `key2`")
+        columns = self._columns()
+        _check_bounds("upto", [column[0].upto for column in columns])
+        for column in columns:
+            _check_bounds("upto2", [bucket.upto2 for bucket in column])
 
-    def ranges(self) -> dict[str, tuple[int, int]]:
-        """Each bucket's key sizes, inclusive."""
-        ranges, low = {}, 0
+    def _columns(self) -> list[list[Bucket]]:
+        """The buckets in runs of one `upto`."""
+        columns: list[list[Bucket]] = []
         for bucket in self.buckets:
-            high = UNBOUNDED if bucket.upto is None else bucket.upto
-            ranges[bucket.name] = (low, high)
+            if columns and columns[-1][0].upto == bucket.upto:
+                columns[-1].append(bucket)
+            else:
+                columns.append([bucket])
+        return columns
+
+    def ranges(self) -> dict[str, tuple[Range, Range]]:
+        """Each bucket's sizes of `key` and of `key2` (every size where there is none)."""
+        ranges, low = {}, 0
+        for column in self._columns():
+            upto = column[0].upto
+            high = UNBOUNDED if upto is None else upto
+            low2 = 0
+            for bucket in column:
+                high2 = UNBOUNDED if bucket.upto2 is None else bucket.upto2
+                ranges[bucket.name] = ((low, high), (low2, high2))
+                low2 = high2 + 1
             low = high + 1
         return ranges
 
     @property
+    def keys(self) -> tuple[tuple[str, int], ...]:
+        return (self.key,) if self.key2 is None else (self.key, self.key2)
+
+    @property
     def names(self) -> tuple[str, ...]:
         return tuple(bucket.name for bucket in self.buckets)
+
+
+def _check_bounds(name: str, bounds: list[int | None]) -> None:
+    """Bounds of consecutive buckets: increasing, the last one None (it takes the rest)."""
+    if bounds[-1] is not None or None in bounds[:-1]:
+        raise ValueError(f"every bucket but the last needs `{name}`; the last takes the rest")
+    if bounds[:-1] != sorted(set(bounds[:-1])):  # type: ignore[type-var]
+        raise ValueError(f"bucket bounds `{name}` must increase, got {bounds}")

@@ -20,7 +20,7 @@ from typing import Any
 
 from ntops_aot.aot.errors import BuildError
 from ntops_aot.aot.jobs import Build
-from ntops_aot.aot.space import ALL, Config, Tuning, Variant
+from ntops_aot.aot.space import ALL, Config, Range, Tuning, Variant
 
 TABLE_FORMAT = 1
 TABLES_PACKAGE = "ntops_aot.kernels"
@@ -163,31 +163,36 @@ def builds(
 ) -> tuple[Build, ...]:
     """What a wheel compiles of one variant: for the aligned specialisations (those a
     tuning run measures), each run of consecutive buckets that chose one
-    configuration; for the rest (unaligned and 64-bit fallbacks, serving every bucket)
-    the last bucket's declared default, which the kernel file vouches for with every
-    kind of load (a winner may use what only TMA loads allow, such as warp
-    specialisation)."""
+    configuration and serve one rectangle of key sizes; for the rest (unaligned and
+    64-bit fallbacks, serving every bucket) the last bucket's declared default, which
+    the kernel file vouches for with every kind of load (a winner may use what only
+    TMA loads allow, such as warp specialisation)."""
     if tuning is None:
         return (Build(choices[ALL].config),)
     ranges = tuning.ranges()
-    runs: list[tuple[Config, list[str]]] = []
+    runs: list[tuple[Config, tuple[Range, Range], list[str]]] = []
     for bucket in tuning.names:
-        config = choices[bucket].config
-        if runs and runs[-1][0].key == config.key:
-            runs[-1][1].append(bucket)
+        config, served = choices[bucket].config, ranges[bucket]
+        joined = runs and runs[-1][0].key == config.key and _join(runs[-1][1], served)
+        if joined:
+            runs[-1] = (config, joined, [*runs[-1][2], bucket])
         else:
-            runs.append((config, [bucket]))
+            runs.append((config, served, [bucket]))
     found = [
-        Build(
-            config,
-            (ranges[names[0]][0], ranges[names[-1]][1]),
-            "@" + "+".join(names),
-            aligned=True,
-        )
-        for config, names in runs
+        Build(config, served, "@" + "+".join(names), aligned=True) for config, served, names in runs
     ]
     found.append(Build(defaults[tuning.names[-1]], aligned=False))
     return tuple(found)
+
+
+def _join(a: tuple[Range, Range], b: tuple[Range, Range]) -> tuple[Range, Range] | None:
+    """The sizes two buckets serve together, if they make one rectangle (the launcher
+    tells kernels apart by a range of each key)."""
+    if a[1] == b[1] and a[0][1] + 1 == b[0][0]:
+        return (a[0][0], b[0][1]), a[1]
+    if a[0] == b[0] and a[1][1] + 1 == b[1][0]:
+        return a[0], (a[1][0], b[1][1])
+    return None
 
 
 def candidate_builds(

@@ -7,7 +7,7 @@ import pathlib
 from collections.abc import Mapping
 from typing import Any
 
-from ntops_aot.aot.space import Config
+from ntops_aot.aot.space import UNBOUNDED, Config
 
 
 def describe_wheel(
@@ -72,13 +72,17 @@ def _buckets(ops: Mapping[str, Any], variants: list[Mapping[str, Any]]) -> list[
     lines = ["  buckets      variant: bucket (key sizes) configuration [from]"]
     for variant in tuned:
         lines.append(f"    {variant['id']}")
-        low, spans = 0, {}
-        for bucket in ops[variant["op"]]["tuning"]["buckets"]:
-            upto = bucket["upto"]
-            spans[bucket["name"]] = f"{low}..{'' if upto is None else upto}"
-            low = (upto or 0) + 1
-        for bucket in spans:
-            choice = variant["buckets"][bucket]
+        tuning = ops[variant["op"]]["tuning"]
+        for bucket in tuning["buckets"]:
+            spans = [_span(*served) for served in bucket["ranges"][: 1 + bool(tuning["key2"])]]
+            choice = variant["buckets"][bucket["name"]]
             config = Config.from_dict(choice["config"])
-            lines.append(f"      {bucket:<10} {spans[bucket]:<10} {config} [{choice['from']}]")
+            lines.append(
+                f"      {bucket['name']:<13} {' x '.join(spans):<17} {config} [{choice['from']}]"
+            )
     return lines
+
+
+def _span(low: int, high: int) -> str:
+    """Key sizes as `low..high`, open-ended where they take every larger size."""
+    return f"{low}..{'' if high == UNBOUNDED else high}"

@@ -26,6 +26,7 @@ TUNING = Tuning(
     function="addmm",
     reference="addmm",
     key=("mat1", -2),
+    key2=("mat2", -1),
     buckets=matmul.buckets(_linear, _square),
     specs=("i32-ux101-a16", "i32-ux111-a16"),
 )

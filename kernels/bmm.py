@@ -22,6 +22,7 @@ TUNING = Tuning(
     function="bmm",
     reference="bmm",
     key=("input", -2),
+    key2=("other", -1),
     buckets=matmul.buckets(_batched, _square),
     specs=("i32-u212-a16", "i32-u222-a16"),
 )

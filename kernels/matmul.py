@@ -95,17 +95,30 @@ SAMPLE_ROWS = {
     "medium": (128, 256),
     "prefill": (2048,),
 }
+# From 17 to 64 rows the columns N (the second key) split the buckets too: how many
+# tiles a product has next to the multiprocessors sets which tiles fill them. On an
+# H100 (132 multiprocessors; device time, 2026-11-23, Triton JIT prototype): at N=4096
+# 64x32 tiles (128 programs) reach 0.97-1.03x cuBLAS where 64x64 ones (64) reach
+# 0.93-0.99x; at N=6144 and 28672 64x64 tiles reach 0.98-1.04x and 64x32 ones (1.5
+# waves at 6144) 0.83-0.96x.
+WIDE = {"small": 4096, "batched": 4096}
 
 
 def buckets(sample=linear, square=row_major):
-    """Rows of the product pick the bucket. Samples: the layer's products at each
-    bucket's sizes, `sample(m, k, n)` making a call's operands, and 4096^3."""
+    """Rows of the product pick the bucket, and where WIDE splits them its columns
+    (`name` up to that many, `name-wide` the rest). Samples: the layer's products at
+    each bucket's sizes, `sample(m, k, n)` making a call's operands, and 4096^3."""
     found = []
     for name, upto in BOUNDS.items():
-        calls = [sample(m, k, n) for m in SAMPLE_ROWS[name] for k, n in LAYER]
+        calls = [(n, sample(m, k, n)) for m in SAMPLE_ROWS[name] for k, n in LAYER]
         if name == "prefill":
-            calls.append(square(4096, 4096, 4096))
-        found.append(Bucket(name, upto, tuple(calls)))
+            calls.append((4096, square(4096, 4096, 4096)))
+        narrow = WIDE.get(name)
+        if narrow is None:
+            found.append(Bucket(name, upto, tuple(call for _, call in calls)))
+            continue
+        found.append(Bucket(name, upto, tuple(c for n, c in calls if n <= narrow), narrow))
+        found.append(Bucket(f"{name}-wide", upto, tuple(c for n, c in calls if n > narrow)))
     return tuple(found)
 
 
@@ -120,7 +133,7 @@ def config(variant, bucket):
     # program makes cost 1-2 us, 5% of a 26 us product (tuning runs of 2026-11-22).
     if bucket == "decode":
         return tiles(16, 32, 256 if big else 128, 4, 4, tma=False)
-    if bucket in ("small", "batched"):
+    if bucket.removesuffix("-wide") in ("small", "batched"):
         return tiles(64, 64, 128, 4, 4 if big else 3, tma=False)
     if bucket == "medium":
         return tiles(128, 128, 64, 8 if big else 4, 4 if big else 3, tma=tma)
@@ -197,7 +210,7 @@ def candidates(variant, bucket):
     else:
         found = [
             tiles(*choice[:5], **(choice[5] if len(choice) > 5 else {}))
-            for choice in _CANDIDATES[bucket]
+            for choice in _CANDIDATES[bucket.removesuffix("-wide")]
         ]
     return [default, *(c for c in found if c.key != default.key)]
 

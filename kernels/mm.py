@@ -16,6 +16,7 @@ TUNING = Tuning(
     function="mm",
     reference="mm",
     key=("input", -2),
+    key2=("other", -1),
     buckets=matmul.buckets(),
     # The samples' layouts: row-major activations times weights in nn.Linear's layout
     # (the right operand column-major) or row-major.

@@ -163,16 +163,18 @@ def _rows(nt, variant, spec, dtype):
     return nt.layer_norm(x, (n,), weight, bias), expected
 
 
-def _rows_of(bucket):
-    """A row count of the bucket a kernel serves (the launcher picks by rows)."""
-    low, high = bucket
-    return max(1, min(high, low + 7))
+def _size_in(served, size):
+    """A size in the range a kernel serves (the launcher picks by rows and columns):
+    `size` itself, else the range's low end plus as much over a multiple of 16."""
+    low, high = served
+    return size if low <= size <= high else min(high, -(-low // 16) * 16 + size % 16)
 
 
 def _matmul(nt, variant, spec, dtype, bucket):
     op = variant["op"]
-    k, n = (32, 48) if spec.aligned else (23, 29)
-    m = _rows_of(bucket)
+    k = 32 if spec.aligned else 23
+    m = _size_in(bucket[0], 7)
+    n = _size_in(bucket[1], 48 if spec.aligned else 29)
     wide = spec.width == 64
     # A wide layout puts its two outermost entries 2^31 elements apart: two rows of a
     # matrix, two matrices of a batch.
@@ -204,7 +206,7 @@ def _attention(nt, variant, spec, dtype, bucket):
     switches = variant["switches"]
     head_dim, mask = int(switches["head_dim"]), switches["mask"]
     batch, heads_q, heads_kv = 2, 4, 2
-    seq_q, seq_kv = (3, 1000) if bucket[1] <= 16 else (37, 53)
+    seq_q, seq_kv = (3, 1000) if bucket[0][1] <= 16 else (37, 53)
     wide = spec.width == 64
     unit = None if spec.unit[0] is None else 3
 

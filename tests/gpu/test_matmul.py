@@ -20,19 +20,14 @@ def relative_error(got, want):
     return ((got.double() - want.double()).norm() / want.double().norm()).item()
 
 
-def buckets(nt, op):
-    """The op's buckets as the wheel declares them: name -> (low, high)."""
+def bucket_of(nt, op, rows, columns):
+    """The op's bucket of these rows and columns, as the wheel declares them."""
     tuning = nt.manifest()["ops"][op]["tuning"]
-    found, low = {}, 0
     for bucket in tuning["buckets"]:
-        high = bucket["upto"] if bucket["upto"] is not None else 2**63 - 1
-        found[bucket["name"]] = (low, high)
-        low = high + 1
-    return found
-
-
-def bucket_of(nt, op, rows):
-    return next(name for name, (low, high) in buckets(nt, op).items() if low <= rows <= high)
+        (low, high), (low2, high2) = bucket["ranges"]
+        if low <= rows <= high and low2 <= columns <= high2:
+            return bucket["name"]
+    raise AssertionError(f"no bucket of {op} takes {rows}x{columns}")
 
 
 @pytest.mark.parametrize("dtype", HALF, ids=str)
@@ -46,7 +41,7 @@ def test_linear_layout_in_every_bucket(nt, rows, dtype):
         assert relative_error(got, x @ w.t()) < LIMIT[dtype], (rows, k, n, ran)
         spec, label = ran.rsplit("/", 1)[1].split("@")
         assert spec == "i32-u101-a16", ran  # nn.Linear's layout, the TMA-capable kernel
-        assert bucket_of(nt, "mm", rows) in label.split("+"), ran
+        assert bucket_of(nt, "mm", rows, n) in label.split("+"), ran
         bias = torch.randn(n, device="cuda", dtype=dtype)
         got = nt.addmm(bias, x, w.t())
         want = torch.addmm(bias.float(), x.float(), w.float().t())

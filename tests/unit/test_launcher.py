@@ -227,25 +227,29 @@ def test_matmul_layouts(plan):
 
 
 @pytest.mark.parametrize(
-    ("rows", "bucket"),
+    ("rows", "columns", "bucket"),
     [
-        *((1, "decode"), (16, "decode"), (17, "small"), (32, "small"), (64, "batched")),
-        *((65, "medium"), (256, "medium"), (257, "prefill"), (2048, "prefill")),
+        *((1, 1024, "decode"), (16, 6144, "decode"), (17, 1024, "small")),
+        *((32, 4096, "small"), (32, 4112, "small-wide"), (64, 4096, "batched")),
+        *((33, 28672, "batched-wide"), (65, 1024, "medium"), (256, 6144, "medium")),
+        *((257, 1024, "prefill"), (2048, 1024, "prefill")),
     ],
 )
-def test_matmul_rows_pick_the_bucket_in_c(plan, rows, bucket):
-    """The launcher picks the kernel built for the call's bucket of rows (the op's
-    TUNING.key) with no Python in the way; the unaligned fallbacks serve every row."""
-    x, w = torch.randn(rows, 4096, dtype=H), torch.randn(1024, 4096, dtype=H)
-    out = torch.empty(rows, 1024, dtype=H)
+def test_matmul_rows_and_columns_pick_the_bucket_in_c(plan, rows, columns, bucket):
+    """The launcher picks the kernel built for the call's bucket of rows and columns
+    (the op's TUNING.key and key2) with no Python in the way; the unaligned fallbacks
+    serve every size."""
+    x, w = torch.empty(rows, 4096, dtype=H), torch.empty(columns, 4096, dtype=H)
+    out = torch.empty(rows, columns, dtype=H)
     chosen = plan("mm-fp32_precision=tf32", 90, x, w.t(), out)
     spec, label = chosen["kernel"].rsplit("/", 1)[1].split("@")
     assert spec == "i32-u101-a16"
-    # Consecutive buckets that chose one configuration share kernels: "@small+batched".
+    # Buckets that chose one configuration and join into a rectangle share kernels:
+    # "@small+small-wide".
     assert bucket in label.split("+")
-    assert chosen["bucket_key"] == rows
+    assert chosen["bucket_keys"] == (rows, columns)
     if bucket == "prefill":  # persistent: one program per multiprocessor at most
-        tiles = -(-rows // 128) * (1024 // 256)
+        tiles = -(-rows // 128) * (columns // 256)
         assert chosen["grid"] == min(tiles, 132)
     odd = torch.randn(rows, 4095, dtype=H)[:, :4094]
     fallback = plan("mm-fp32_precision=tf32", 90, odd, w[:, :4094].t(), out)

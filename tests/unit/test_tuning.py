@@ -49,7 +49,9 @@ def plan_with(planned, directory):
 
 def test_without_a_table_each_bucket_has_its_declared_default(planned):
     op = planned.ops["mm"]
-    assert op.tuning.names == ("decode", "small", "batched", "medium", "prefill")
+    assert op.tuning.names == (
+        *("decode", "small", "small-wide", "batched", "batched-wide", "medium", "prefill"),
+    )
     choices = planned.choices[MM.id]
     assert {bucket: choice.source for bucket, choice in choices.items()} == dict.fromkeys(
         op.tuning.names, "default"
@@ -127,12 +129,72 @@ def test_buckets_that_chose_alike_share_kernels():
     }
     default = Config({"block_size_m": 64}, 4, 3)
     found = tuning.builds(ask, choices, {"a": small, "b": small, "c": default})
+    every = space.EVERY
     assert [(b.label, b.bucket, b.aligned) for b in found] == [
-        ("@a+b", (0, 64), True),
-        ("@c", (65, space.UNBOUNDED), True),
-        ("", (0, space.UNBOUNDED), False),  # the fallbacks: the last bucket's default
+        ("@a+b", ((0, 64), every), True),
+        ("@c", ((65, space.UNBOUNDED), every), True),
+        ("", (every, every), False),  # the fallbacks: the last bucket's default
     ]
     assert found[-1].config.key == default.key
+
+
+def test_columns_split_buckets_into_rectangles_that_share_kernels_only_when_adjacent():
+    """A second key splits the buckets of one bound: each serves a rectangle of (rows,
+    columns), and buckets that chose alike share kernels only where their rectangles
+    join into one (the launcher keeps a range of each key per kernel)."""
+    ask = space.Tuning(
+        "mm",
+        "mm",
+        ("input", -2),
+        (
+            space.Bucket("a", 8, upto2=4096),
+            space.Bucket("a-wide", 8),
+            space.Bucket("b", 64, upto2=4096),
+            space.Bucket("b-wide", 64),
+            space.Bucket("c"),
+        ),
+        key2=("other", -1),
+    )
+    top = space.UNBOUNDED
+    assert ask.ranges() == {
+        "a": ((0, 8), (0, 4096)),
+        "a-wide": ((0, 8), (4097, top)),
+        "b": ((9, 64), (0, 4096)),
+        "b-wide": ((9, 64), (4097, top)),
+        "c": ((65, top), (0, top)),
+    }
+    narrow, wide = Config({"block_size_n": 32}, 4, 4), Config({"block_size_n": 64}, 4, 6)
+    picked = {"a": narrow, "a-wide": narrow, "b": narrow, "b-wide": wide, "c": wide}
+    choices = {name: tuning.Choice(config, "t.json") for name, config in picked.items()}
+    found = tuning.builds(ask, choices, picked)
+    assert [(b.label, b.bucket, b.config.key == narrow.key) for b in found[:-1]] == [
+        ("@a+a-wide", ((0, 8), (0, top)), True),  # one bound's columns join
+        ("@b", ((9, 64), (0, 4096)), True),  # not with a+a-wide: no rectangle
+        ("@b-wide", ((9, 64), (4097, top)), False),
+        ("@c", ((65, top), (0, top)), False),  # not with b-wide: no rectangle
+    ]
+
+
+@pytest.mark.parametrize(
+    ("bounds", "says"),
+    [
+        ([(8, 64), (None, None)], "`upto2`; the last takes the rest"),  # 8's columns stop at 64
+        ([(8, 64), (8, 32), (8, None), (None, None)], "`upto2` must increase"),
+        ([(8, None), (64, None), (8, None), (None, None)], "`upto` must increase"),
+        ([(8, None), (9, None)], "`upto`; the last takes the rest"),
+    ],
+)
+def test_bucket_bounds_that_leave_sizes_out_are_refused(bounds, says):
+    buckets = tuple(
+        space.Bucket(f"b{i}", upto, upto2=upto2) for i, (upto, upto2) in enumerate(bounds)
+    )
+    with pytest.raises(ValueError, match=says):
+        space.Tuning("mm", "mm", ("input", -2), buckets, key2=("other", -1))
+
+
+def test_a_column_bound_needs_a_second_key():
+    with pytest.raises(ValueError, match="key2"):
+        space.Tuning("mm", "mm", ("input", -2), (space.Bucket("a", upto2=8), space.Bucket("b")))
 
 
 def test_the_cli_reports_a_bad_table_with_exit_code_3(planned, tmp_path):
