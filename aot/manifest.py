@@ -128,6 +128,10 @@ def _tuning(tuning: Tuning | None) -> dict[str, Any] | None:
         "function": tuning.function,
         "reference": tuning.reference,
         "options": dict(tuning.options),
+        "switch_options": {
+            name: {value: dict(options) for value, options in values.items()}
+            for name, values in tuning.switch_options.items()
+        },
         "key": list(tuning.key),
         "key2": None if tuning.key2 is None else list(tuning.key2),
         "buckets": [

@@ -283,9 +283,11 @@ class Tuning:
     ntops_prebuilt function a tuning run calls on each sample and `reference` the torch
     function (a name under `torch`, dotted: `nn.functional.softmax`) its result is
     checked against, both called with the sample's operands and the keyword arguments
-    `options`. `specs` names the specialisations a tuning wheel builds (those the
-    samples run); the buckets' winners are built for every specialisation that assumes
-    16-byte alignment, the fallbacks keep the last bucket's configuration."""
+    `options`, and those `switch_options` adds for the variant's switch values
+    (`{"mask": {"causal": {"is_causal": True}}}`). `specs` names the specialisations a
+    tuning wheel builds (those the samples run); the buckets' winners are built for
+    every specialisation that assumes 16-byte alignment, the fallbacks keep the last
+    bucket's configuration."""
 
     function: str
     reference: str
@@ -294,6 +296,9 @@ class Tuning:
     specs: tuple[str, ...] = ()
     options: Mapping[str, bool | int | float | str] = dataclasses.field(default_factory=dict)
     key2: tuple[str, int] | None = None
+    switch_options: Mapping[str, Mapping[str, Mapping[str, bool | int | float | str]]] = (
+        dataclasses.field(default_factory=dict)
+    )
 
     def __post_init__(self) -> None:
         names = [bucket.name for bucket in self.buckets]

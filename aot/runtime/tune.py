@@ -97,7 +97,9 @@ def _arch(manifest):
 
 def _tune_bucket(variant, tuning, bucket, repeats, log):
     dtype = getattr(torch, ntops_prebuilt.manifest()["dtypes"][variant["dtype"]])
-    options = tuning.get("options", {})
+    options = dict(tuning.get("options", {}))
+    for name, value in variant["switches"].items():
+        options.update(tuning.get("switch_options", {}).get(name, {}).get(value, {}))
     function = functools.partial(getattr(ntops_prebuilt, tuning["function"]), **options)
     reference = functools.partial(
         functools.reduce(getattr, tuning["reference"].split("."), torch), **options
@@ -160,10 +162,11 @@ def _candidate_call(variant, bucket, index, function):
             ) from error
         finally:
             _C._candidate(previous)
-        if not (_C.last_kernel() or "").endswith(label):
+        ran = _C.last_kernel() or ""
+        if not (ran.startswith(variant["id"] + "/") and ran.endswith(label)):
             raise TuningRunError(
                 f"{variant['id']}: candidate {index} of {bucket['name']} did not run "
-                f"({_C.last_kernel()} did)"
+                f"({ran or 'nothing'} did: the samples must take this variant's kernels)"
             )
         return result
 

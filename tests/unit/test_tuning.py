@@ -264,9 +264,10 @@ def test_the_tuner_refuses_a_gpu_the_wheel_has_no_cubins_for(installed, monkeypa
 
 def test_every_tuning_names_functions_that_exist(tmp_path):
     """A tuning run calls TUNING.function of ntops_prebuilt and TUNING.reference under
-    torch (a dotted name), both with TUNING.options: the reference must exist and the
-    runtime function (read from the runtime's source: it imports the wheel's _C) must
-    take the options."""
+    torch (a dotted name), both with TUNING.options and those its switch_options add
+    for a variant's switch values: the reference must exist, the runtime function
+    (read from the runtime's source: it imports the wheel's _C) must take the options,
+    and switch_options must name switches and values of the op's SPACE."""
     import ast
     import functools
     import pathlib
@@ -282,9 +283,16 @@ def test_every_tuning_names_functions_that_exist(tmp_path):
         for node in ast.parse(path.read_text()).body
         if isinstance(node, ast.FunctionDef)
     }
-    declared = {n: op.tuning for n, op in ops.load_all(tmp_path).items() if op.tuning}
+    loaded = ops.load_all(tmp_path)
+    declared = {n: op.tuning for n, op in loaded.items() if op.tuning}
     assert {"mm", "scaled_dot_product_attention"} <= set(declared)
     for name, declaration in declared.items():
         assert callable(functools.reduce(getattr, declaration.reference.split("."), torch))
         assert declaration.function in defined, name
-        assert set(declaration.options) <= set(defined[declaration.function]), name
+        takes = set(defined[declaration.function])
+        assert set(declaration.options) <= takes, name
+        switches = loaded[name].space.switches
+        for switch, values in declaration.switch_options.items():
+            assert set(values) <= set(switches.get(switch, ())), (name, switch)
+            for options in values.values():
+                assert set(options) <= takes, (name, switch)
