@@ -16,7 +16,11 @@ Two configurations, picked per call by the number of queries (the buckets):
   merges the parts' partial results.
 - prefill: flash attention 2. Causal blocks of keys wholly below the diagonal run
   without mask arithmetic, only the diagonal ones are masked and those above it are
-  never read; the scale is folded into base-2 exponents.
+  never read; the scale is folded into base-2 exponents. On Hopper the keys and values
+  load through TMA descriptors made on the device (aligned half-type calls).
+
+Head dims 64, 96, 128 and 256: a head_dim that is not a power of two runs in the next
+one's tiles, its padding masked (TMA fills it with zeros).
 
 `mask` is one switch: none, causal (with an offset: 0 for the upper-left variant,
 seq_kv - seq_q for lower-right), or a bool or float tensor broadcast to
@@ -39,7 +43,7 @@ MASKS = ("none", "causal", "bool", "float")
 SPACE = VariantSpace(
     dtypes=FLOATS,
     ndims=(4,),
-    switches={"head_dim": ("64", "128"), "mask": MASKS},
+    switches={"head_dim": ("64", "96", "128", "256"), "mask": MASKS},
     coalesce="none",
     unspecialized=("mask",),
     specs=("aligned", "generic", "wide"),
@@ -80,63 +84,83 @@ TUNING = Tuning(
     ),
     specs=("i32-u3333-a16", "i32-u3333x-a16"),
     options={"enable_gqa": True},
+    switch_options={"mask": {"causal": {"is_causal": True}}},
 )
 
 
 def config(variant, bucket):
-    """The declared default of each bucket, per arch; tuning tables replace them."""
+    """The declared default of each bucket, per arch; tuning tables replace them.
+    head_dim 256 takes narrower key blocks: 64 keys of 256 dims are 32 KiB in half
+    types, per operand and stage."""
     head_dim = int(dict(variant.switches)["head_dim"])
     block_d = triton.next_power_of_2(head_dim)
+    wide = block_d > 128
     small_shared = variant.arch in ("sm_86", "sm_89", "sm_120")
     if bucket == "decode":
-        premake = {"block_size_m": 16, "block_size_n": 64, "block_size_d": block_d}
-        return Config(premake, num_warps=4, num_stages=3, split=16)
+        if variant.arch == "sm_90" and variant.dtype != "fp32" and not wide:
+            # H100 tuning run (2026-11-23, bf16/fp16, head_dim 128): 128 keys a block
+            # reached 0.94-1.04x torch, 64 keys 0.93-1.04x.
+            return tiles(16, 128, block_d, 4, 3, split=16)
+        block_n = 16 if wide and variant.dtype == "fp32" else 32 if wide else 64
+        return tiles(16, block_n, block_d, 4, 2 if wide and small_shared else 3, split=16)
     if variant.dtype == "fp32":
         # IEEE fp32 products are FMA loops unrolled over the tile: 64x32 tiles made
         # the fp32 variants a sixth of an sm_90 build (34 s each for head_dim 128,
         # 19 s in 32x32).
-        premake = {"block_size_m": 32, "block_size_n": 32, "block_size_d": block_d}
-        return Config(premake, num_warps=4, num_stages=1 if small_shared else 2)
+        return tiles(32, 16 if wide else 32, block_d, 4, 1 if small_shared else 2)
+    if wide:
+        return tiles(64, 32, block_d, 8, 1 if small_shared else 2)
     if variant.arch == "sm_90":
-        # H100, bf16/fp16 head_dim 128, 2048-4096 tokens, causal or not, `attend` as
-        # the device's Triton 3.6 compiles it (2026-11-22): 64x64 tiles in 4 warps
-        # reached 0.74-0.79x torch, 128x64 in 8 warps 0.69-0.74x, 128x128 0.65-0.75x,
-        # 128x64 in 4 warps 0.40x.
-        premake = {"block_size_m": 64, "block_size_n": 64, "block_size_d": block_d}
-        return Config(premake, num_warps=4, num_stages=3)
+        # H100 tuning run (2026-11-23, bf16/fp16, head_dim 128, 2048 tokens of 32 heads
+        # over 8 and 4x4096 of 32 over 32, Triton 3.9): 64x64 tiles in 4 warps with
+        # TMA loads of keys and values reached 0.79-0.82x torch causal and 0.73-0.77x
+        # not; 128x128 in 8 warps 0.70-0.76x; 64x64 without TMA 0.66-0.71x.
+        return tiles(64, 64, block_d, 4, 3, tma=True)
     block_m = 64 if small_shared and head_dim > 64 else 128
-    premake = {"block_size_m": block_m, "block_size_n": 64, "block_size_d": block_d}
-    return Config(premake, num_warps=8 if head_dim > 64 else 4, num_stages=2 if small_shared else 3)
+    warps = 8 if head_dim > 64 else 4
+    return tiles(block_m, 64, block_d, warps, 2 if small_shared else 3)
+
+
+def tiles(m, n, d, warps, stages, split=1, tma=False):
+    """A configuration: blocks of m rows (queries of a group's heads) and n keys of d
+    dims, TMA loads of the keys and values or plain ones, and up to `split` parts of
+    the keys (decode)."""
+    premake = {"block_size_m": m, "block_size_n": n, "block_size_d": d, "tma": tma}
+    return Config(premake, num_warps=warps, num_stages=stages, split=split)
 
 
 def candidates(variant, bucket):
-    """What a tuning run tries (the default first): half types on Hopper."""
+    """What a tuning run tries (the default first): half types on Hopper at head_dim 128
+    (the samples'); the tuner times unmasked calls, and causal ones in the prefill
+    bucket."""
     default = config(variant, bucket)
+    switches = dict(variant.switches)
+    mask, block_d = switches["mask"], default.premake["block_size_d"]
     if (
         variant.dtype == "fp32"
         or variant.arch != "sm_90"
-        or dict(variant.switches)["mask"] != "none"
+        or switches["head_dim"] != "128"
+        or mask not in ("none", "causal")
+        or (mask == "causal" and bucket == "decode")
     ):
-        return [default]  # the tuner times unmasked calls: masked variants keep the default
-    block_d = default.premake["block_size_d"]
-
-    def tiles(m, n, warps, stages, split=1):
-        premake = {"block_size_m": m, "block_size_n": n, "block_size_d": block_d}
-        return Config(premake, num_warps=warps, num_stages=stages, split=split)
-
+        return [default]
     if bucket == "decode":
         found = [
-            tiles(16, 128, 4, 3, 16),
-            tiles(16, 64, 4, 3, 32),
-            tiles(16, 128, 8, 3, 32),
-            tiles(16, 64, 4, 4, 16),
+            tiles(16, 128, block_d, 4, 3, 16),
+            tiles(16, 64, block_d, 4, 3, 32),
+            tiles(16, 128, block_d, 8, 3, 32),
+            tiles(16, 64, block_d, 4, 4, 16),
         ]
     else:
+        # Warp-specialised loops fail to compile in Triton 3.9 here (its
+        # NVGPUWarpSpecialization pass), as in batched matrix products.
         found = [
-            tiles(128, 128, 8, 3),
-            tiles(128, 64, 8, 3),
-            tiles(64, 64, 4, 3),
-            tiles(128, 128, 8, 2),
+            tiles(128, 128, block_d, 8, 3, tma=True),
+            tiles(128, 64, block_d, 8, 3, tma=True),
+            tiles(64, 128, block_d, 4, 3, tma=True),
+            tiles(64, 64, block_d, 4, 2, tma=True),
+            tiles(64, 64, block_d, 4, 4, tma=True),
+            tiles(64, 32, block_d, 4, 3, tma=True),
         ]
     return [default, *(c for c in found if c.key != default.key)]
 
@@ -156,23 +180,42 @@ def workspace(config):
 
 @triton.jit
 def fold(
-    accumulator, running_max, running_sum, q, k_base, v_base, bias_base, first, seq_kv,
+    accumulator, running_max, running_sum, q, k_source, v_source, bias_base, first, seq_kv,
     sk_s, sk_d, sv_s, sv_d, sb_k, factor, rows_s, offset, columns_d, inside_d,
     BLOCK_N: tl.constexpr, MASK: tl.constexpr, BOUNDED: tl.constexpr,
-    DIAGONAL: tl.constexpr, PRECISION: tl.constexpr,
+    DIAGONAL: tl.constexpr, PRECISION: tl.constexpr, TMA: tl.constexpr,
 ):  # fmt: skip
     """Fold keys first .. first + BLOCK_N into the rows' running softmax-weighted sum.
     BOUNDED: the block may run past seq_kv; DIAGONAL: the causal diagonal crosses it.
-    Scores are base-2 logits (scale * log2(e) applied)."""
+    Scores are base-2 logits (scale * log2(e) applied). TMA: `k_source` and
+    `v_source` are tensor descriptors (they fill rows past seq_kv and the padding of
+    head_dim with zeros), else the key and value heads' pointers."""
     columns = first + tl.arange(0, BLOCK_N)
-    # A whole block is masked only by a head_dim padded to a power of two.
-    loaded = (columns < seq_kv)[:, None] & inside_d[None, :] if BOUNDED else inside_d[None, :]
-    keys = columns[:, None] * sk_s + columns_d[None, :] * sk_d
-    k = tl.load(k_base + keys, mask=loaded, other=0.0)
-    v = tl.load(
-        v_base + columns[:, None] * sv_s + columns_d[None, :] * sv_d, mask=loaded, other=0.0
-    )
+    if TMA:  # 32-bit specialisations only: offsets fit
+        k = k_source.load([first.to(tl.int32), 0])
+        v = v_source.load([first.to(tl.int32), 0])
+    else:
+        # A whole block is masked only by a head_dim padded to a power of two.
+        loaded = inside_d[None, :]
+        if BOUNDED:
+            loaded = (columns < seq_kv)[:, None] & loaded
+        keys = columns[:, None] * sk_s + columns_d[None, :] * sk_d
+        k = tl.load(k_source + keys, mask=loaded, other=0.0)
+        values = columns[:, None] * sv_s + columns_d[None, :] * sv_d
+        v = tl.load(v_source + values, mask=loaded, other=0.0)
     scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * factor
+    if MASK < 2 and not BOUNDED and not DIAGONAL:
+        # Every row sees every key of the block: no score is -inf (flash attention 2's
+        # inner loop, the product accumulated in place). Folding the scale into exp2's
+        # argument as one multiply-add (the maximum of the products scaled per row)
+        # measured 4-9% slower on an H100 (Triton 3.9, 2026-11-23).
+        new_max = tl.maximum(running_max, tl.max(scores, 1))
+        weights = tl.exp2(scores - new_max[:, None])
+        decay = tl.exp2(running_max - new_max)
+        accumulator = tl.dot(
+            weights.to(v.dtype), v, accumulator * decay[:, None], input_precision=PRECISION
+        )
+        return accumulator, new_max, running_sum * decay + tl.sum(weights, 1)
     if MASK == 2:  # bool: True keeps
         bias = tl.load(bias_base + columns[None, :] * sb_k, mask=columns[None, :] < seq_kv, other=0)
         scores = tl.where(bias != 0, scores, float("-inf"))
@@ -200,12 +243,13 @@ def attend(
     sq_b, sq_h, sq_s, sq_d, sk_b, sk_h, sk_s, sk_d, sv_b, sv_h, sv_s, sv_d,
     so_b, so_h, so_r, so_d, sb_b, sb_h, sb_s, sb_k,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    MASK: tl.constexpr, MAX_PARTS: tl.constexpr, PRECISION: tl.constexpr,
+    MASK: tl.constexpr, MAX_PARTS: tl.constexpr, PRECISION: tl.constexpr, TMA: tl.constexpr,
 ):  # fmt: skip
     """Attention of one block of rows (row r: query head kv_head * group + r // seq_q,
     query r % seq_q) over the keys of its part (all of them unless split: MAX_PARTS,
     a power of two, bounds the parts). MASK: 0 none, 1 causal (query i sees keys up to
-    i + offset), 2 bool, 3 float tensor."""
+    i + offset), 2 bool, 3 float tensor. TMA: keys and values load through tensor
+    descriptors made on the device (16-byte aligned, unit-stride head_dim)."""
     row_blocks = tl.cdiv(rows_total, BLOCK_M)
     tiles = batch * heads_kv * row_blocks
     pid = tl.program_id(0)
@@ -236,8 +280,15 @@ def attend(
         mask=live[:, None] & inside_d[None, :],
         other=0.0,
     )
-    k_base = k + z * sk_b + kv_head * sk_h
-    v_base = v + z * sv_b + kv_head * sv_h
+    k_source = k + z * sk_b + kv_head * sk_h
+    v_source = v + z * sv_b + kv_head * sv_h
+    if TMA:
+        k_source = tl.make_tensor_descriptor(
+            k_source, [seq_kv, head_dim], [sk_s, 1], [BLOCK_N, BLOCK_D]
+        )
+        v_source = tl.make_tensor_descriptor(
+            v_source, [seq_kv, head_dim], [sv_s, 1], [BLOCK_N, BLOCK_D]
+        )
     bias_base = bias + z * sb_b + rows_h[:, None] * sb_h + rows_s[:, None] * sb_s
     factor = scale * 1.4426950408889634
 
@@ -260,15 +311,15 @@ def attend(
     running_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
     for first in tl.range(start, unmasked, BLOCK_N):
         accumulator, running_max, running_sum = fold(
-            accumulator, running_max, running_sum, q_tile, k_base, v_base, bias_base, first,
+            accumulator, running_max, running_sum, q_tile, k_source, v_source, bias_base, first,
             seq_kv, sk_s, sk_d, sv_s, sv_d, sb_k, factor, rows_s, offset, columns_d, inside_d,
-            BLOCK_N, MASK, False, False, PRECISION,
+            BLOCK_N, MASK, False, False, PRECISION, TMA,
         )  # fmt: skip
     for first in tl.range(unmasked, end, BLOCK_N):
         accumulator, running_max, running_sum = fold(
-            accumulator, running_max, running_sum, q_tile, k_base, v_base, bias_base, first,
+            accumulator, running_max, running_sum, q_tile, k_source, v_source, bias_base, first,
             seq_kv, sk_s, sk_d, sv_s, sv_d, sb_k, factor, rows_s, offset, columns_d, inside_d,
-            BLOCK_N, MASK, True, MASK == 1, PRECISION,
+            BLOCK_N, MASK, True, MASK == 1, PRECISION, TMA,
         )  # fmt: skip
 
     o_rows = o + z * so_b + kv_head * so_h + rows[:, None] * so_r + columns_d[None, :] * so_d
@@ -344,7 +395,8 @@ def merge(
 
 
 def application(
-    output, query, key, value, scale, workspace, launch, block_m, block_n, block_d, split, precision
+    output, query, key, value, scale, workspace, launch,
+    block_m, block_n, block_d, kind, split, precision, tma,
 ):  # fmt: skip
     attend(
         query.source.data_ptr(), key.source.data_ptr(), value.source.data_ptr(),
@@ -357,13 +409,13 @@ def application(
         value.source.stride(1), value.source.stride(2), value.source.stride(3),
         output.source.stride(0), output.source.stride(1), output.source.stride(2),
         output.source.stride(3), 0, 0, 0, 0,
-        block_m, block_n, block_d, 0, split, precision,
+        block_m, block_n, block_d, kind, split, precision, tma,
     )  # fmt: skip
 
 
 def application_causal(
     output, query, key, value, scale, offset, workspace, launch,
-    block_m, block_n, block_d, split, precision,
+    block_m, block_n, block_d, kind, split, precision, tma,
 ):  # fmt: skip
     attend(
         query.source.data_ptr(), key.source.data_ptr(), value.source.data_ptr(),
@@ -376,14 +428,15 @@ def application_causal(
         value.source.stride(1), value.source.stride(2), value.source.stride(3),
         output.source.stride(0), output.source.stride(1), output.source.stride(2),
         output.source.stride(3), 0, 0, 0, 0,
-        block_m, block_n, block_d, 1, split, precision,
+        block_m, block_n, block_d, kind, split, precision, tma,
     )  # fmt: skip
 
 
-def application_bool(
+def application_masked(
     output, query, key, value, mask, scale, workspace, launch,
-    block_m, block_n, block_d, split, precision,
+    block_m, block_n, block_d, kind, split, precision, tma,
 ):  # fmt: skip
+    """A bool or float mask tensor (`kind` 2 or 3), broadcast by its strides."""
     attend(
         query.source.data_ptr(), key.source.data_ptr(), value.source.data_ptr(),
         output.source.data_ptr(), mask.source.data_ptr(), workspace.source.data_ptr(), launch,
@@ -396,35 +449,15 @@ def application_bool(
         output.source.stride(0), output.source.stride(1), output.source.stride(2),
         output.source.stride(3), mask.source.stride(0), mask.source.stride(1),
         mask.source.stride(2), mask.source.stride(3),
-        block_m, block_n, block_d, 2, split, precision,
-    )  # fmt: skip
-
-
-def application_float(
-    output, query, key, value, mask, scale, workspace, launch,
-    block_m, block_n, block_d, split, precision,
-):  # fmt: skip
-    attend(
-        query.source.data_ptr(), key.source.data_ptr(), value.source.data_ptr(),
-        output.source.data_ptr(), mask.source.data_ptr(), workspace.source.data_ptr(), launch,
-        scale, 0, output.source.shape[0], output.source.shape[1], query.source.shape[2],
-        key.source.shape[2], output.source.shape[2], query.source.shape[3],
-        query.source.stride(0), query.source.stride(1), query.source.stride(2),
-        query.source.stride(3), key.source.stride(0), key.source.stride(1),
-        key.source.stride(2), key.source.stride(3), value.source.stride(0),
-        value.source.stride(1), value.source.stride(2), value.source.stride(3),
-        output.source.stride(0), output.source.stride(1), output.source.stride(2),
-        output.source.stride(3), mask.source.stride(0), mask.source.stride(1),
-        mask.source.stride(2), mask.source.stride(3),
-        block_m, block_n, block_d, 3, split, precision,
+        block_m, block_n, block_d, kind, split, precision, tma,
     )  # fmt: skip
 
 
 APPLICATIONS = {
     "none": application,
     "causal": application_causal,
-    "bool": application_bool,
-    "float": application_float,
+    "bool": application_masked,
+    "float": application_masked,
 }
 
 
@@ -438,7 +471,7 @@ def arrangement(output, *rest, block_size_m):
 
 def premake(
     ndim, dtype, head_dim="64", mask="none", block_size_m=64, block_size_n=64,
-    block_size_d=64, split=1,
+    block_size_d=64, split=1, tma=False, spec=None,
 ):  # fmt: skip
     def attention_tensor(**options):
         return Tensor(4, dtype=dtype, shape=(None, None, None, int(head_dim)), **options)
@@ -454,7 +487,12 @@ def premake(
     workspace, launch = Tensor(1, dtype=ninetoothed.int32), Tensor(0, dtype=ninetoothed.int64)
     precision = "ieee"
     parts = triton.next_power_of_2(split) if split > 1 else 1
-    constants = (block_size_m, block_size_n, block_size_d, parts, precision)
+    # TMA where the specialisation guarantees what descriptors need: 16-byte aligned
+    # heads and rows, head_dim of unit stride in the query, keys and values.
+    aligned = spec is not None and spec.aligned and spec.width == 32
+    use_tma = bool(tma) and aligned and dtype in ("fp16", "bf16") and spec.unit[1:4] == (3,) * 3
+    kind = MASKS.index(mask)
+    constants = (block_size_m, block_size_n, block_size_d, kind, parts, precision, use_tma)
     fixed = tuple(Tensor(0, constexpr=True, value=value) for value in constants)
     arrange = functools.partial(arrangement, block_size_m=block_size_m)
     tensors = (output, query, key, value, *middle, workspace, launch, *fixed)

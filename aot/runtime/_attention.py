@@ -11,7 +11,7 @@ from ntops_prebuilt import _checks as check
 from ntops_prebuilt._errors import NotBuiltError
 
 _launch = _C.launch
-_HEAD_DIMS = (64, 128)
+_HEAD_DIMS = (64, 96, 128, 256)
 _MASKS = ("none", "causal", "bool", "float")
 _SDPA = {
     (head_dim, mask): _C.group(f"scaled_dot_product_attention-head_dim={head_dim}-mask={mask}")

@@ -288,7 +288,7 @@ def sdpa_reference(q, k, v, mask=None, causal=False, lower_right=False, scale=No
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("head_dim", [64, 96, 128, 256])
 def test_attention(nt, dtype, head_dim):
     tolerance = (
         {"rtol": 1e-2, "atol": 1e-2} if dtype != torch.float32 else {"rtol": 1e-4, "atol": 1e-4}
@@ -321,32 +321,39 @@ def test_attention(nt, dtype, head_dim):
 
 
 DECODE_CASES = [
-    # batch, heads_q, heads_kv, seq_q, seq_kv
-    (1, 32, 8, 1, 1),
-    (1, 32, 8, 1, 4096),
-    (1, 32, 8, 1, 32768),
-    (8, 32, 8, 1, 1000),
-    (64, 32, 8, 1, 300),
-    (1, 32, 32, 1, 4097),
-    (2, 16, 4, 16, 2049),
-    (3, 8, 1, 5, 77),
-    (1, 64, 8, 16, 513),
+    # batch, heads_q, heads_kv, seq_q, seq_kv, head_dim
+    (1, 32, 8, 1, 1, 128),
+    (1, 32, 8, 1, 4096, 128),
+    (1, 32, 8, 1, 32768, 128),
+    (8, 32, 8, 1, 1000, 128),
+    (64, 32, 8, 1, 300, 128),
+    (1, 32, 32, 1, 4097, 128),
+    (2, 16, 4, 16, 2049, 128),
+    (3, 8, 1, 5, 77, 128),
+    (1, 64, 8, 16, 513, 128),
+    (8, 32, 8, 1, 1000, 64),
+    (1, 32, 8, 1, 4096, 96),
+    (2, 16, 4, 16, 2049, 96),
+    (1, 8, 8, 1, 1, 256),
+    (4, 16, 8, 3, 3000, 256),
 ]
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize(("batch", "heads_q", "heads_kv", "seq_q", "seq_kv"), DECODE_CASES)
-def test_attention_decode(nt, dtype, batch, heads_q, heads_kv, seq_q, seq_kv):
-    """Up to 16 queries against 1 to 32768 keys, batch 1 to 64 (the decode bucket: keys
-    split across programs), the query a transposed view as models pass it; causal
-    (the queries the last of the keys), bool and float masks."""
+@pytest.mark.parametrize(
+    ("batch", "heads_q", "heads_kv", "seq_q", "seq_kv", "head_dim"), DECODE_CASES
+)
+def test_attention_decode(nt, dtype, batch, heads_q, heads_kv, seq_q, seq_kv, head_dim):
+    """Up to 16 queries against 1 to 32768 keys, batch 1 to 64, head dims 64 to 256 (the
+    decode bucket: keys split across programs), the query a transposed view as models
+    pass it; causal (the queries the last of the keys), bool and float masks."""
     tolerance = (
         {"rtol": 1e-2, "atol": 1e-2} if dtype != torch.float32 else {"rtol": 1e-4, "atol": 1e-4}
     )
-    q = values((batch, seq_q, heads_q, 128), dtype).transpose(1, 2)
+    q = values((batch, seq_q, heads_q, head_dim), dtype).transpose(1, 2)
     k, v = (
-        values((batch, heads_kv, seq_kv, 128), dtype),
-        values((batch, heads_kv, seq_kv, 128), dtype),
+        values((batch, heads_kv, seq_kv, head_dim), dtype),
+        values((batch, heads_kv, seq_kv, head_dim), dtype),
     )
     sdpa = nt.scaled_dot_product_attention
     got = sdpa(q, k, v, enable_gqa=True)
@@ -431,8 +438,8 @@ def test_attention_errors(nt):
         ),
         (
             nt.NotBuiltError,
-            "head_dim 96",
-            lambda: sdpa(*(values((1, 2, 8, 96), torch.float16),) * 3),
+            "head_dim 80",
+            lambda: sdpa(*(values((1, 2, 8, 80), torch.float16),) * 3),
         ),
         (ValueError, "together", lambda: sdpa(q, q, q, present_key=q)),
     ]

@@ -40,8 +40,8 @@ def test_counts_per_op(registry):
     assert counts["div"] == 3 * 3 * 3 * 2
     assert counts["softmax"] == 3 * 2
     assert counts["mm"] == counts["bmm"] == counts["addmm"] == 4
-    assert counts["scaled_dot_product_attention"] == 3 * 2 * 4
-    assert sum(counts.values()) == 768
+    assert counts["scaled_dot_product_attention"] == 3 * 4 * 4  # dtypes x head dims x masks
+    assert sum(counts.values()) == 792
 
 
 def test_only_the_widest_ndim_built_gets_64_bit_kernels(registry):

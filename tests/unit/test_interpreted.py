@@ -317,7 +317,7 @@ def check_split_attention():
             q, k, v, o, bias, workspace, launch, scale, offset,
             batch, heads_kv, seq_q, seq_kv, rows_total, head_dim,
             sq_b, sq_h, sq_s, 1, sk_b, sk_h, sk_s, 1, sv_b, sv_h, sv_s, 1, so_b, so_h, so_r, 1,
-            sb_b, sb_h, sb_s, sb_k, 16, 16, BLOCK_D, MASK, 8, "ieee",
+            sb_b, sb_h, sb_s, sb_k, 16, 16, BLOCK_D, MASK, 8, "ieee", False,
         )  # fmt: skip
 
     kinds = {"none": 0, "causal": 1, "bool": 2, "float": 3}
