@@ -200,15 +200,17 @@ def torch_layer(weights, step):
 def ntops_attention(nt, weights, step):
     """torch_attention in ntops_prebuilt's functions, on (batch * seq, hidden) rows. The one
     torch kernel left is the copy `reshape` makes of the attention output at prefill, as in
-    torch_attention; at decode it is a view."""
+    torch_attention; at decode it is a view. The queries and keys lie side by side in the
+    fused projection's rows: one in-place rotation turns both."""
     batch, seq, _ = step.x.shape
     h = nt.rms_norm(step.x.view(batch * seq, HIDDEN), (HIDDEN,), weights.input_norm, EPS)
-    q, k, v = nt.mm(h, weights.qkv.t()).split((Q_SIZE, KV_SIZE, KV_SIZE), -1)
+    qkv = nt.mm(h, weights.qkv.t())
     sin, cos = step.rope_half
-    rope = functools.partial(nt.rotary_position_embedding, interleaved=False)
-    q = rope(q.view(batch, seq, HEADS, HEAD_DIM), sin, cos).transpose(1, 2)
-    k = rope(k.view(batch, seq, KV_HEADS, HEAD_DIM), sin, cos).transpose(1, 2)
-    v = v.view(batch, seq, KV_HEADS, HEAD_DIM).transpose(1, 2)
+    heads = qkv[:, : Q_SIZE + KV_SIZE].view(batch, seq, HEADS + KV_HEADS, HEAD_DIM)
+    nt.rotary_position_embedding(heads, sin, cos, interleaved=False, inplace=True)
+    q, k = heads.split((HEADS, KV_HEADS), 2)
+    q, k = q.transpose(1, 2), k.transpose(1, 2)
+    v = qkv[:, Q_SIZE + KV_SIZE :].view(batch, seq, KV_HEADS, HEAD_DIM).transpose(1, 2)
     sdpa = nt.scaled_dot_product_attention
     if step.k_cache is None:
         attention = sdpa(q, k, v, is_causal=True, enable_gqa=True)
@@ -228,12 +230,13 @@ def ntops_attention(nt, weights, step):
 
 
 def ntops_layer(nt, weights, step):
-    """torch_layer in ntops_prebuilt's functions."""
+    """torch_layer in ntops_prebuilt's functions; the residual adds ride on the products
+    (addmm with the residual as its input)."""
     rows = step.x.view(-1, HIDDEN)
-    x = nt.add(rows, nt.mm(ntops_attention(nt, weights, step), weights.o.t()))
+    x = nt.addmm(rows, ntops_attention(nt, weights, step), weights.o.t())
     h = nt.mm(nt.rms_norm(x, (HIDDEN,), weights.post_norm, EPS), weights.gate_up.t())
     mlp = nt.mul(nt.silu(h[:, :INTERMEDIATE]), h[:, INTERMEDIATE:])
-    return nt.add(x, nt.mm(mlp, weights.down.t())).view(step.x.shape)
+    return nt.addmm(x, mlp, weights.down.t()).view(step.x.shape)
 
 
 def check(name, ours, reference, tolerance=TOLERANCE):
