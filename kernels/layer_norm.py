@@ -75,7 +75,7 @@ def application(input, eps, output):
 
 
 def config(variant):
-    return reduction.CONFIG
+    return reduction.NORM_CONFIG
 
 
 def premake(ndim, dtype, weight="given", bias="given", block_size=reduction.BLOCK_SIZE):

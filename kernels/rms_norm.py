@@ -57,7 +57,7 @@ def application_without_weight(input, eps, output):
 
 
 def config(variant):
-    return reduction.CONFIG
+    return reduction.NORM_CONFIG
 
 
 def premake(ndim, dtype, weight="given", block_size=reduction.BLOCK_SIZE):

@@ -48,6 +48,16 @@ def silu(input, inplace=False):
     return _launch(_SILU, input, input if inplace else None)
 
 
+_SILU_MUL = _C.group("silu_mul")
+
+
+def silu_mul(input, other, *, out=None):
+    """silu(input) * other in one kernel, broadcasting like torch.mul: a SwiGLU MLP's
+    `F.silu(gate) * up`, with gate and up often the halves of one projection's rows
+    (`h[:, :n]`, `h[:, n:]`). Not in ntops.torch: a fusion real models need."""
+    return _launch(_SILU_MUL, input, other, out)
+
+
 def gelu(input, approximate="none"):
     """torch.nn.functional.gelu: exact (erf) or with the tanh approximation."""
     group = _GELU.get(approximate)

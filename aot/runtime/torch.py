@@ -1,4 +1,5 @@
-"""The ntops.torch API, every function backed by prebuilt kernels."""
+"""The ntops.torch API, every function backed by prebuilt kernels, and the fusions real
+models need beyond it (silu_mul)."""
 
 from ntops_prebuilt._attention import (
     CausalVariant,
@@ -32,6 +33,7 @@ from ntops_prebuilt._element_wise import (
     rsqrt,
     sigmoid,
     silu,
+    silu_mul,
     sin,
     sub,
     tanh,
@@ -83,6 +85,7 @@ __all__ = [
     "set_default_num_warps",
     "sigmoid",
     "silu",
+    "silu_mul",
     "sin",
     "softmax",
     "sub",

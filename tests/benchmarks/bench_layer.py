@@ -235,7 +235,7 @@ def ntops_layer(nt, weights, step):
     rows = step.x.view(-1, HIDDEN)
     x = nt.addmm(rows, ntops_attention(nt, weights, step), weights.o.t())
     h = nt.mm(nt.rms_norm(x, (HIDDEN,), weights.post_norm, EPS), weights.gate_up.t())
-    mlp = nt.mul(nt.silu(h[:, :INTERMEDIATE]), h[:, INTERMEDIATE:])
+    mlp = nt.silu_mul(h[:, :INTERMEDIATE], h[:, INTERMEDIATE:])
     return nt.addmm(x, mlp, weights.down.t()).view(step.x.shape)
 
 

@@ -29,7 +29,7 @@ SHAPES = {"aligned": (3, 5, 2, 48), "odd": (3, 5, 2, 37)}
 UNARY = {"abs", "neg", "exp", "rsqrt", "sin", "cos", "sigmoid", "tanh", "bitwise_not"}
 ALLOCATING = {"relu", "silu", "isnan", "isinf", "gelu", "clamp", "dropout"}
 BINARY = {"add", "sub", "mul", "div", "pow", "eq", "ne", "lt", "le", "gt", "ge"}
-BINARY |= {"bitwise_and", "bitwise_or"}
+BINARY |= {"bitwise_and", "bitwise_or", "silu_mul"}
 POSITIVE = {"rsqrt", "pow"}
 
 
@@ -137,6 +137,8 @@ def _element_wise(nt, variant, spec, dtype):
     if op in ("add", "sub"):
         kwargs["alpha"] = 0.5
     result = getattr(nt, op)(x, other, out=out, **kwargs)
+    if op == "silu_mul":  # the reference in fp32, rounded once as the kernel does
+        return result, (F.silu(x.float()) * other.float()).to(dtype)
     return result, getattr(torch, op)(x, other, **kwargs)
 
 

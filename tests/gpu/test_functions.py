@@ -48,6 +48,26 @@ def test_unary_float_functions(nt, name, dtype):
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
+def test_silu_mul(nt, dtype):
+    """SwiGLU's gate as models call it, on the halves of one projection's rows (strided
+    views), and broadcast, with out=."""
+    h = values((5, 2 * 333), dtype)
+    gate, up = h[:, :333], h[:, 333:]
+
+    def reference(a, b):
+        return (F.silu(a.float()) * b.float()).to(dtype)
+
+    close(nt.silu_mul(gate, up), reference(gate, up))
+    row = values((333,), dtype)
+    close(nt.silu_mul(gate, row), reference(gate, row))
+    out = torch.empty(5, 333, dtype=dtype, device="cuda")
+    assert nt.silu_mul(gate, up, out=out) is out
+    close(out, reference(gate, up))
+    with pytest.raises(ValueError, match="broadcast"):
+        nt.silu_mul(gate, values((5, 334), dtype))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
 def test_isnan_isinf_and_nan_propagation(nt, dtype):
     x = values(ODD, dtype)
     x[0, 0, :3] = float("nan")

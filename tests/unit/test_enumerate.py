@@ -16,7 +16,7 @@ def test_every_kernel_file_is_an_op(registry):
     shared = {"element_wise", "reduction", "matmul", "parts"}
     files = {path.stem for path in KERNELS.glob("*.py")} - {"__init__"} - shared
     assert set(registry) == files
-    assert len(registry) == 37
+    assert len(registry) == 38
 
 
 def test_variant_ids_name_op_arch_dtype_ndim_and_switches():
@@ -39,9 +39,10 @@ def test_counts_per_op(registry):
     assert counts["eq"] == 9 * 3 * 2
     assert counts["div"] == 3 * 3 * 3 * 2
     assert counts["softmax"] == 3 * 2
+    assert counts["silu_mul"] == 3 * 3  # float dtypes x ndims
     assert counts["mm"] == counts["bmm"] == counts["addmm"] == 4
     assert counts["scaled_dot_product_attention"] == 3 * 4 * 4  # dtypes x head dims x masks
-    assert sum(counts.values()) == 792
+    assert sum(counts.values()) == 801
 
 
 def test_only_the_widest_ndim_built_gets_64_bit_kernels(registry):

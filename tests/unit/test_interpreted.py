@@ -114,6 +114,8 @@ def check_element_wise(make):
     torch.testing.assert_close(out, x - 3.0)
     make("mul", 1)(x.flatten(), y.flatten(), out.view(-1))
     torch.testing.assert_close(out, x * y)
+    make("silu_mul", 2)(x, y, out)
+    torch.testing.assert_close(out, F.silu(x) * y)
     for op, reference in [
         ("abs", torch.abs),
         ("neg", torch.neg),

@@ -1,5 +1,5 @@
 """Kernels, runtime functions and tests match one to one, and the runtime has the
-ntops.torch names and signatures."""
+ntops.torch names and signatures (and the fusions beyond them, marked)."""
 
 import inspect
 import pathlib
@@ -22,6 +22,7 @@ SIGNATURES = {
     "relu": "(input, inplace=False)",
     "gelu": "(input, approximate='none')",
     "silu": "(input, inplace=False)",
+    "silu_mul": "(input, other, *, out=None)",  # beyond ntops.torch: SwiGLU's fused gate
     "sigmoid": "(input, *, out=None)",
     "tanh": "(input, *, out=None)",
     "softmax": "(input, dim, dtype=None)",
