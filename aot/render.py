@@ -31,8 +31,10 @@ SOURCES = (
     "kernels.c",
     "cubins.S",
 )
-NT_MAX_DIMS = 8  # as in ntops.h
-NT_MAX_ARGS = 8
+# The launcher's limits (ntops.h is rendered with them). Attention with a KV cache's new
+# entries and a causal offset takes 9 arguments.
+NT_MAX_DIMS = 8
+NT_MAX_ARGS = 12
 NT_MAX_PARAMS = 64
 
 _TYPES = {"i1": "NT_I1", "i32": "NT_I32", "i64": "NT_I64", "fp32": "NT_F32", "fp64": "NT_F64"}
@@ -122,6 +124,7 @@ def render_extension(
 
     values = {
         "version": metadata.version("ntops-aot"),
+        "limits": {"args": NT_MAX_ARGS, "dims": NT_MAX_DIMS, "params": NT_MAX_PARAMS},
         "kernels": kernel_values,
         "images": [{"symbol": symbol, "path": str(path)} for path, symbol in images.items()],
         "groups": group_values,

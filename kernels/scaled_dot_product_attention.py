@@ -66,23 +66,31 @@ def _sample(batch, heads, seq_q, seq_kv, head_dim=128):
     )
 
 
+# Decode splits by the cache's length too: up to 2048 keys a batch-1 step is a few
+# microseconds, where how finely the keys split sets the time.
+SHORT_CACHE = 2048
+
+
+def _decode(batches, lengths):
+    return tuple(
+        _sample(batch, heads, 1, seq_kv)
+        for batch in batches
+        for seq_kv in lengths
+        for heads in (_GQA, _MHA)
+    )
+
+
 TUNING = Tuning(
     function="scaled_dot_product_attention",
     reference="nn.functional.scaled_dot_product_attention",
     key=("query", -2),
+    key2=("key", -2),
     buckets=(
-        Bucket(
-            "decode",
-            16,
-            tuple(
-                _sample(batch, heads, 1, seq_kv)
-                for batch, seq_kv in ((1, 4096), (8, 4096), (32, 2048), (1, 32768))
-                for heads in (_GQA, _MHA)
-            ),
-        ),
+        Bucket("decode", 16, _decode((1, 8, 32), (1024, 2048)), SHORT_CACHE),
+        Bucket("decode-long", 16, _decode((1, 8), (4096, 32768)) + _decode((32,), (4096,))),
         Bucket("prefill", None, (_sample(1, _GQA, 2048, 2048), _sample(4, _MHA, 4096, 4096))),
     ),
-    specs=("i32-u3333-a16", "i32-u3333x-a16"),
+    specs=("i32-u333333-a16", "i32-u333333x-a16"),
     options={"enable_gqa": True},
     switch_options={"mask": {"causal": {"is_causal": True}}},
 )
@@ -96,11 +104,12 @@ def config(variant, bucket):
     block_d = triton.next_power_of_2(head_dim)
     wide = block_d > 128
     small_shared = variant.arch in ("sm_86", "sm_89", "sm_120")
-    if bucket == "decode":
+    if bucket.startswith("decode"):
         if variant.arch == "sm_90" and variant.dtype != "fp32" and not wide:
-            # H100 tuning run (2026-11-23, bf16/fp16, head_dim 128): 128 keys a block
-            # reached 0.94-1.04x torch, 64 keys 0.93-1.04x.
-            return tiles(16, 128, block_d, 4, 3, split=16)
+            # H100 tuning run (2026-11-23, bf16, head_dim 128, batch 1-32, GQA and MHA):
+            # 64 keys a block in up to 16 parts led both buckets by 1-3%: 0.86-1.02x
+            # torch up to 2048 keys (batch 1 trails), 0.94-1.01x from 4096.
+            return tiles(16, 64, block_d, 4, 3, split=16)
         # Two stages where a block gets 99 KiB: three of fp32 keys and values in 64-key
         # blocks of 128 dims took 143 KiB.
         block_n = 16 if wide and variant.dtype == "fp32" else 32 if wide else 64
@@ -143,15 +152,17 @@ def candidates(variant, bucket):
         or variant.arch != "sm_90"
         or switches["head_dim"] != "128"
         or mask not in ("none", "causal")
-        or (mask == "causal" and bucket == "decode")
+        or (mask == "causal" and bucket != "prefill")
     ):
         return [default]
-    if bucket == "decode":
+    if bucket != "prefill":
         found = [
             tiles(16, 128, block_d, 4, 3, 16),
             tiles(16, 64, block_d, 4, 3, 32),
             tiles(16, 128, block_d, 8, 3, 32),
             tiles(16, 64, block_d, 4, 4, 16),
+            tiles(16, 64, block_d, 4, 3, 16),
+            tiles(16, 32, block_d, 4, 4, 32),
         ]
     else:
         # Warp-specialised loops fail to compile in Triton 3.9 here (its
@@ -182,16 +193,17 @@ def workspace(config):
 
 @triton.jit
 def fold(
-    accumulator, running_max, running_sum, q, k_source, v_source, bias_base, first, seq_kv,
-    sk_s, sk_d, sv_s, sv_d, sb_k, factor, rows_s, offset, columns_d, inside_d,
+    accumulator, running_max, running_sum, q, k_source, v_source, bias_base, first, origin,
+    bound, sk_s, sk_d, sv_s, sv_d, sb_k, factor, rows_s, offset, columns_d, inside_d,
     BLOCK_N: tl.constexpr, MASK: tl.constexpr, BOUNDED: tl.constexpr,
     DIAGONAL: tl.constexpr, PRECISION: tl.constexpr, TMA: tl.constexpr,
 ):  # fmt: skip
     """Fold keys first .. first + BLOCK_N into the rows' running softmax-weighted sum.
-    BOUNDED: the block may run past seq_kv; DIAGONAL: the causal diagonal crosses it.
-    Scores are base-2 logits (scale * log2(e) applied). TMA: `k_source` and
-    `v_source` are tensor descriptors (they fill rows past seq_kv and the padding of
-    head_dim with zeros), else the key and value heads' pointers."""
+    Key j lies at row j - origin of `k_source` and `v_source` (a KV cache's new entries
+    are keys from `origin` on); BOUNDED: the block may run past `bound`, the keys'
+    end; DIAGONAL: the causal diagonal crosses it. Scores are base-2 logits (scale *
+    log2(e) applied). TMA: `k_source` and `v_source` are tensor descriptors (they fill
+    rows past the bound and the padding of head_dim with zeros), else pointers."""
     columns = first + tl.arange(0, BLOCK_N)
     if TMA:  # 32-bit specialisations only: offsets fit
         k = k_source.load([first.to(tl.int32), 0])
@@ -200,10 +212,11 @@ def fold(
         # A whole block is masked only by a head_dim padded to a power of two.
         loaded = inside_d[None, :]
         if BOUNDED:
-            loaded = (columns < seq_kv)[:, None] & loaded
-        keys = columns[:, None] * sk_s + columns_d[None, :] * sk_d
+            loaded = (columns < bound)[:, None] & loaded
+        rows = columns - origin
+        keys = rows[:, None] * sk_s + columns_d[None, :] * sk_d
         k = tl.load(k_source + keys, mask=loaded, other=0.0)
-        values = columns[:, None] * sv_s + columns_d[None, :] * sv_d
+        values = rows[:, None] * sv_s + columns_d[None, :] * sv_d
         v = tl.load(v_source + values, mask=loaded, other=0.0)
     scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * factor
     if MASK < 2 and not BOUNDED and not DIAGONAL:
@@ -219,13 +232,13 @@ def fold(
         )
         return accumulator, new_max, running_sum * decay + tl.sum(weights, 1)
     if MASK == 2:  # bool: True keeps
-        bias = tl.load(bias_base + columns[None, :] * sb_k, mask=columns[None, :] < seq_kv, other=0)
+        bias = tl.load(bias_base + columns[None, :] * sb_k, mask=columns[None, :] < bound, other=0)
         scores = tl.where(bias != 0, scores, float("-inf"))
     if MASK == 3:  # float: added
-        bias = tl.load(bias_base + columns[None, :] * sb_k, mask=columns[None, :] < seq_kv, other=0)
+        bias = tl.load(bias_base + columns[None, :] * sb_k, mask=columns[None, :] < bound, other=0)
         scores += bias.to(tl.float32) * 1.4426950408889634
     if BOUNDED:
-        scores = tl.where(columns[None, :] < seq_kv, scores, float("-inf"))
+        scores = tl.where(columns[None, :] < bound, scores, float("-inf"))
     if DIAGONAL:
         scores = tl.where(columns[None, :] <= rows_s[:, None] + offset, scores, float("-inf"))
     new_max = tl.maximum(running_max, tl.max(scores, 1))
@@ -240,10 +253,10 @@ def fold(
 
 @triton.jit
 def attend(
-    q, k, v, o, bias, workspace, launch, scale, offset,
-    batch, heads_kv, seq_q, seq_kv, rows_total, head_dim,
+    q, k, v, o, pk, pv, bias, workspace, launch, scale, offset,
+    batch, heads_kv, seq_q, seq_kv, appended, rows_total, head_dim,
     sq_b, sq_h, sq_s, sq_d, sk_b, sk_h, sk_s, sk_d, sv_b, sv_h, sv_s, sv_d,
-    so_b, so_h, so_r, so_d, sb_b, sb_h, sb_s, sb_k,
+    sp_b, sp_h, sp_s, sp_d, so_b, so_h, so_r, so_d, sb_b, sb_h, sb_s, sb_k,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     MASK: tl.constexpr, MAX_PARTS: tl.constexpr, PRECISION: tl.constexpr, TMA: tl.constexpr,
 ):  # fmt: skip
@@ -251,7 +264,12 @@ def attend(
     query r % seq_q) over the keys of its part (all of them unless split: MAX_PARTS,
     a power of two, bounds the parts). MASK: 0 none, 1 causal (query i sees keys up to
     i + offset), 2 bool, 3 float tensor. TMA: keys and values load through tensor
-    descriptors made on the device (16-byte aligned, unit-stride head_dim)."""
+    descriptors made on the device (16-byte aligned, unit-stride head_dim).
+
+    The last `appended` keys and values are a KV cache's new entries, given in `pk`
+    and `pv` (strides sp_*, shared): the launch writes them into the cache, each
+    program a share, and every program reads them from pk and pv, never from the
+    cache positions being written. A model's decode step so costs no copy kernels."""
     row_blocks = tl.cdiv(rows_total, BLOCK_M)
     tiles = batch * heads_kv * row_blocks
     pid = tl.program_id(0)
@@ -277,19 +295,34 @@ def attend(
     rows_s = tl.where(live, rows, 0) % seq_q
     columns_d = tl.arange(0, BLOCK_D)
     inside_d = columns_d < head_dim
+    cached = seq_kv - appended
+    pk_head = pk + z * sp_b + kv_head * sp_h
+    pv_head = pv + z * sp_b + kv_head * sp_h
+    k_source = k + z * sk_b + kv_head * sk_h
+    v_source = v + z * sv_b + kv_head * sv_h
+    if appended > 0:
+        share = block * parts + part  # of the row_blocks * parts programs of this head
+        for first in tl.range(share * 16, appended, row_blocks * parts * 16):
+            fresh = first + tl.arange(0, 16)
+            inside = (fresh < appended)[:, None] & inside_d[None, :]
+            entries = fresh[:, None] * sp_s + columns_d[None, :] * sp_d
+            slots = (cached + fresh)[:, None]
+            key_slots = k_source + slots * sk_s + columns_d[None, :] * sk_d
+            tl.store(key_slots, tl.load(pk_head + entries, mask=inside), mask=inside)
+            value_slots = v_source + slots * sv_s + columns_d[None, :] * sv_d
+            tl.store(value_slots, tl.load(pv_head + entries, mask=inside), mask=inside)
     q_tile = tl.load(
         q + z * sq_b + rows_h[:, None] * sq_h + rows_s[:, None] * sq_s + columns_d[None, :] * sq_d,
         mask=live[:, None] & inside_d[None, :],
         other=0.0,
     )
-    k_source = k + z * sk_b + kv_head * sk_h
-    v_source = v + z * sv_b + kv_head * sv_h
-    if TMA:
+    if TMA:  # over the cached keys: rows past them (new entries) load as zeros
+        rows_kv = tl.maximum(cached, 1)
         k_source = tl.make_tensor_descriptor(
-            k_source, [seq_kv, head_dim], [sk_s, 1], [BLOCK_N, BLOCK_D]
+            k_source, [rows_kv, head_dim], [sk_s, 1], [BLOCK_N, BLOCK_D]
         )
         v_source = tl.make_tensor_descriptor(
-            v_source, [seq_kv, head_dim], [sv_s, 1], [BLOCK_N, BLOCK_D]
+            v_source, [rows_kv, head_dim], [sv_s, 1], [BLOCK_N, BLOCK_D]
         )
     bias_base = bias + z * sb_b + rows_h[:, None] * sb_h + rows_s[:, None] * sb_s
     factor = scale * 1.4426950408889634
@@ -306,6 +339,9 @@ def attend(
         last_s = tl.max(tl.where(live, rows_s, 0))
         whole = tl.maximum(tl.minimum(end, first_s + offset + 1), start)
         end = tl.maximum(tl.minimum(end, last_s + offset + 1), start)
+    # The cached keys' and the new entries' shares of them.
+    fresh = tl.minimum(tl.maximum(cached, start), end)
+    whole = tl.minimum(whole, fresh)
     unmasked = start + (whole - start) // BLOCK_N * BLOCK_N
 
     accumulator = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
@@ -314,14 +350,23 @@ def attend(
     for first in tl.range(start, unmasked, BLOCK_N):
         accumulator, running_max, running_sum = fold(
             accumulator, running_max, running_sum, q_tile, k_source, v_source, bias_base, first,
-            seq_kv, sk_s, sk_d, sv_s, sv_d, sb_k, factor, rows_s, offset, columns_d, inside_d,
+            0, cached, sk_s, sk_d, sv_s, sv_d, sb_k, factor, rows_s, offset, columns_d, inside_d,
             BLOCK_N, MASK, False, False, PRECISION, TMA,
         )  # fmt: skip
-    for first in tl.range(unmasked, end, BLOCK_N):
+    for first in tl.range(unmasked, fresh, BLOCK_N):
         accumulator, running_max, running_sum = fold(
             accumulator, running_max, running_sum, q_tile, k_source, v_source, bias_base, first,
-            seq_kv, sk_s, sk_d, sv_s, sv_d, sb_k, factor, rows_s, offset, columns_d, inside_d,
+            0, cached, sk_s, sk_d, sv_s, sv_d, sb_k, factor, rows_s, offset, columns_d, inside_d,
             BLOCK_N, MASK, True, MASK == 1, PRECISION, TMA,
+        )  # fmt: skip
+    # The new entries, read where they arrive (other programs write them into the cache):
+    # a decode step's few, 16 at a time. Not pipelined, and in small blocks: the loops
+    # above keep their registers and shared memory.
+    for first in tl.range(fresh, end, 16, num_stages=1):
+        accumulator, running_max, running_sum = fold(
+            accumulator, running_max, running_sum, q_tile, pk_head, pv_head, bias_base, first,
+            cached, end, sp_s, sp_d, sp_s, sp_d, sb_k, factor, rows_s, offset, columns_d,
+            inside_d, 16, MASK, True, MASK == 1, PRECISION, False,
         )  # fmt: skip
 
     o_rows = o + z * so_b + kv_head * so_h + rows[:, None] * so_r + columns_d[None, :] * so_d
@@ -397,18 +442,22 @@ def merge(
 
 
 def application(
-    output, query, key, value, scale, workspace, launch,
+    output, query, key, value, present_key, present_value, appended, scale, workspace, launch,
     block_m, block_n, block_d, kind, split, precision, tma,
 ):  # fmt: skip
     attend(
         query.source.data_ptr(), key.source.data_ptr(), value.source.data_ptr(),
-        output.source.data_ptr(), output.source.data_ptr(), workspace.source.data_ptr(), launch,
-        scale, 0, output.source.shape[0], output.source.shape[1], query.source.shape[2],
-        key.source.shape[2], output.source.shape[2], query.source.shape[3],
+        output.source.data_ptr(), present_key.source.data_ptr(),
+        present_value.source.data_ptr(), output.source.data_ptr(),
+        workspace.source.data_ptr(), launch, scale, 0, output.source.shape[0],
+        output.source.shape[1], query.source.shape[2], key.source.shape[2], appended,
+        output.source.shape[2], query.source.shape[3],
         query.source.stride(0), query.source.stride(1), query.source.stride(2),
         query.source.stride(3), key.source.stride(0), key.source.stride(1),
         key.source.stride(2), key.source.stride(3), value.source.stride(0),
         value.source.stride(1), value.source.stride(2), value.source.stride(3),
+        present_key.source.stride(0), present_key.source.stride(1),
+        present_key.source.stride(2), present_key.source.stride(3),
         output.source.stride(0), output.source.stride(1), output.source.stride(2),
         output.source.stride(3), 0, 0, 0, 0,
         block_m, block_n, block_d, kind, split, precision, tma,
@@ -416,18 +465,22 @@ def application(
 
 
 def application_causal(
-    output, query, key, value, scale, offset, workspace, launch,
-    block_m, block_n, block_d, kind, split, precision, tma,
+    output, query, key, value, present_key, present_value, appended, scale, offset,
+    workspace, launch, block_m, block_n, block_d, kind, split, precision, tma,
 ):  # fmt: skip
     attend(
         query.source.data_ptr(), key.source.data_ptr(), value.source.data_ptr(),
-        output.source.data_ptr(), output.source.data_ptr(), workspace.source.data_ptr(), launch,
-        scale, offset, output.source.shape[0], output.source.shape[1], query.source.shape[2],
-        key.source.shape[2], output.source.shape[2], query.source.shape[3],
+        output.source.data_ptr(), present_key.source.data_ptr(),
+        present_value.source.data_ptr(), output.source.data_ptr(),
+        workspace.source.data_ptr(), launch, scale, offset, output.source.shape[0],
+        output.source.shape[1], query.source.shape[2], key.source.shape[2], appended,
+        output.source.shape[2], query.source.shape[3],
         query.source.stride(0), query.source.stride(1), query.source.stride(2),
         query.source.stride(3), key.source.stride(0), key.source.stride(1),
         key.source.stride(2), key.source.stride(3), value.source.stride(0),
         value.source.stride(1), value.source.stride(2), value.source.stride(3),
+        present_key.source.stride(0), present_key.source.stride(1),
+        present_key.source.stride(2), present_key.source.stride(3),
         output.source.stride(0), output.source.stride(1), output.source.stride(2),
         output.source.stride(3), 0, 0, 0, 0,
         block_m, block_n, block_d, kind, split, precision, tma,
@@ -435,19 +488,23 @@ def application_causal(
 
 
 def application_masked(
-    output, query, key, value, mask, scale, workspace, launch,
-    block_m, block_n, block_d, kind, split, precision, tma,
+    output, query, key, value, present_key, present_value, appended, mask, scale, workspace,
+    launch, block_m, block_n, block_d, kind, split, precision, tma,
 ):  # fmt: skip
     """A bool or float mask tensor (`kind` 2 or 3), broadcast by its strides."""
     attend(
         query.source.data_ptr(), key.source.data_ptr(), value.source.data_ptr(),
-        output.source.data_ptr(), mask.source.data_ptr(), workspace.source.data_ptr(), launch,
-        scale, 0, output.source.shape[0], output.source.shape[1], query.source.shape[2],
-        key.source.shape[2], output.source.shape[2], query.source.shape[3],
+        output.source.data_ptr(), present_key.source.data_ptr(),
+        present_value.source.data_ptr(), mask.source.data_ptr(),
+        workspace.source.data_ptr(), launch, scale, 0, output.source.shape[0],
+        output.source.shape[1], query.source.shape[2], key.source.shape[2], appended,
+        output.source.shape[2], query.source.shape[3],
         query.source.stride(0), query.source.stride(1), query.source.stride(2),
         query.source.stride(3), key.source.stride(0), key.source.stride(1),
         key.source.stride(2), key.source.stride(3), value.source.stride(0),
         value.source.stride(1), value.source.stride(2), value.source.stride(3),
+        present_key.source.stride(0), present_key.source.stride(1),
+        present_key.source.stride(2), present_key.source.stride(3),
         output.source.stride(0), output.source.stride(1), output.source.stride(2),
         output.source.stride(3), mask.source.stride(0), mask.source.stride(1),
         mask.source.stride(2), mask.source.stride(3),
@@ -478,11 +535,11 @@ def premake(
     def attention_tensor(**options):
         return Tensor(4, dtype=dtype, shape=(None, None, None, int(head_dim)), **options)
 
-    output, query, key, value = (attention_tensor() for _ in range(4))
+    output, query, key, value, present_key, present_value = (attention_tensor() for _ in range(6))
     scale = Tensor(0, dtype=ninetoothed.float32)
     middle = {
         "none": (scale,),
-        "causal": (scale, Tensor(0, dtype=ninetoothed.int64)),
+        "causal": (scale, Tensor(0, dtype=ninetoothed.int32)),
         "bool": (Tensor(4, dtype="i1"), scale),
         "float": (Tensor(4, dtype=dtype), scale),
     }[mask]
@@ -497,5 +554,7 @@ def premake(
     constants = (block_size_m, block_size_n, block_size_d, kind, parts, precision, use_tma)
     fixed = tuple(Tensor(0, constexpr=True, value=value) for value in constants)
     arrange = functools.partial(arrangement, block_size_m=block_size_m)
-    tensors = (output, query, key, value, *middle, workspace, launch, *fixed)
+    appended = Tensor(0, dtype=ninetoothed.int32)
+    present = (present_key, present_value, appended)
+    tensors = (output, query, key, value, *present, *middle, workspace, launch, *fixed)
     return arrange, APPLICATIONS[mask], tensors

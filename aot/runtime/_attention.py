@@ -19,6 +19,10 @@ _SDPA = {
     for mask in _MASKS
 }
 _ROPE = _C.group("rotary_position_embedding")
+# New KV-cache entries the attention kernel writes and reads itself (a decode or
+# speculative step's); more (a chunked prefill's) are copied first: the kernel folds
+# them 16 at a time, unpipelined.
+_FUSED_ENTRIES = 16
 
 
 class CausalVariant(enum.IntEnum):
@@ -66,19 +70,68 @@ def _sdpa_checks(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
         )
 
 
-def _write_cache(present, slot, name):
+def _check_cache(present, slot, name):
     if present is None and slot is None:
         return
     if present is None or slot is None:
         raise ValueError(
             f"scaled_dot_product_attention: give present_{name} and present_{name}_slot together"
         )
+    for what, tensor in ((f"present_{name}", present), (f"present_{name}_slot", slot)):
+        check.tensor("scaled_dot_product_attention", what, tensor)
     if slot.shape != present.shape:
         raise ValueError(
             f"scaled_dot_product_attention: present_{name} {list(present.shape)} does not fit "
             f"present_{name}_slot {list(slot.shape)}"
         )
-    slot.copy_(present)
+
+
+def _same_layout(a, b):
+    """Equal shapes and equal strides where a dim has more than one index (the stride
+    of a size-1 dim is never used: views give them any value)."""
+    return a.shape == b.shape and all(
+        size == 1 or x == y for size, x, y in zip(a.shape, a.stride(), b.stride(), strict=True)
+    )
+
+
+def _is_tail(cache, present, slot):
+    """Whether `slot` is the last few positions of the attended `cache` (as a model's
+    decode step passes it), so that the kernel can write `present` there itself."""
+    appended = slot.shape[2]
+    return (
+        0 < appended <= min(cache.shape[2], _FUSED_ENTRIES)
+        and slot.shape[:2] == cache.shape[:2]
+        and slot.shape[3] == cache.shape[3]
+        and all(
+            size == 1 or x == y
+            for size, x, y in zip(slot.shape, slot.stride(), cache.stride(), strict=True)
+        )
+        and present.dtype == cache.dtype
+        and present.device == cache.device
+        and slot.data_ptr()
+        == cache.data_ptr() + (cache.shape[2] - appended) * cache.stride(2) * cache.element_size()
+    )
+
+
+def _present(key, value, present_key, present_value, key_slot, value_slot):
+    """The new KV-cache entries for the launch: (present_key, present_value, how many)
+    where the slots are the last positions of `key` and `value` and the entries share
+    strides (the kernel writes them, reading them from where they are); else they are
+    copied into their slots here and the launch gets none."""
+    if present_key is None and present_value is None:
+        return key, value, 0
+    if (
+        present_key is not None
+        and present_value is not None
+        and _same_layout(present_key, present_value)
+        and _is_tail(key, present_key, key_slot)
+        and _is_tail(value, present_value, value_slot)
+    ):
+        return present_key, present_value, key_slot.shape[2]
+    for present, slot in ((present_key, key_slot), (present_value, value_slot)):
+        if present is not None:
+            slot.copy_(present)
+    return key, value, 0
 
 
 def scaled_dot_product_attention(
@@ -101,24 +154,17 @@ def scaled_dot_product_attention(
     With a KV cache, `key` and `value` are the caches: the new entries
     (`present_key`, `present_value`) are first written into the cache views
     `present_key_slot` and `present_value_slot`, then attended over with the rest.
-    Masks are bool (True keeps) or float (added), broadcast to
-    (batch, heads_q, seq_q, seq_kv)."""
+    Where the slots are the caches' last few positions (a decode step's), the attention
+    kernel writes them itself: no copy kernels. Masks are bool (True keeps) or float
+    (added), broadcast to (batch, heads_q, seq_q, seq_kv)."""
     _sdpa_checks(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
-    _write_cache(present_key, present_key_slot, "key")
-    _write_cache(present_value, present_value_slot, "value")
+    _check_cache(present_key, present_key_slot, "key")
+    _check_cache(present_value, present_value_slot, "value")
     batch, heads_q, seq_q, head_dim = query.shape
     heads_kv, seq_kv = key.shape[1], key.shape[2]
     scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
-    out = query.new_empty(query.shape)
-    # The kernels see the result as (batch, heads_kv, group * seq_q, head_dim): the rows
-    # of the query heads that share a key/value head, one after another.
-    rows = out.view(batch, heads_kv, heads_q // heads_kv * seq_q, head_dim)
-    if is_causal:
-        lower_right = int(causal_variant or CausalVariant.UPPER_LEFT) == CausalVariant.LOWER_RIGHT
-        group = _SDPA[head_dim, "causal"]
-        _launch(group, rows, query, key, value, scale, seq_kv - seq_q if lower_right else 0)
-    elif attn_mask is None:
-        _launch(_SDPA[head_dim, "none"], rows, query, key, value, scale)
+    if is_causal or attn_mask is None:
+        mask = None
     else:
         check.tensor("scaled_dot_product_attention", "attn_mask", attn_mask)
         try:
@@ -128,8 +174,22 @@ def scaled_dot_product_attention(
                 f"scaled_dot_product_attention: attn_mask {list(attn_mask.shape)} does not "
                 f"broadcast to {[batch, heads_q, seq_q, seq_kv]}"
             ) from error
+    # Every check passed: only now may the caches change.
+    present = _present(key, value, present_key, present_value, present_key_slot, present_value_slot)
+    out = query.new_empty(query.shape)
+    # The kernels see the result as (batch, heads_kv, group * seq_q, head_dim): the rows
+    # of the query heads that share a key/value head, one after another.
+    rows = out.view(batch, heads_kv, heads_q // heads_kv * seq_q, head_dim)
+    if is_causal:
+        lower_right = int(causal_variant or CausalVariant.UPPER_LEFT) == CausalVariant.LOWER_RIGHT
+        group = _SDPA[head_dim, "causal"]
+        offset = seq_kv - seq_q if lower_right else 0
+        _launch(group, rows, query, key, value, *present, scale, offset)
+    elif mask is None:
+        _launch(_SDPA[head_dim, "none"], rows, query, key, value, *present, scale)
+    else:
         kind = "bool" if attn_mask.dtype == torch.bool else "float"
-        _launch(_SDPA[head_dim, kind], rows, query, key, value, mask, scale)
+        _launch(_SDPA[head_dim, kind], rows, query, key, value, *present, mask, scale)
     return out
 
 

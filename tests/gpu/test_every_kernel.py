@@ -94,7 +94,7 @@ def _num_tensors(variant):
     if op == "addmm":
         return 4
     if op == "scaled_dot_product_attention":
-        return 5 if switches["mask"] in ("bool", "float") else 4
+        return 7 if switches["mask"] in ("bool", "float") else 6
     return 4 if op == "rotary_position_embedding" else 3
 
 
@@ -204,11 +204,13 @@ def _matmul(nt, variant, spec, dtype, bucket):
 
 def _attention(nt, variant, spec, dtype, bucket):
     """Queries of the kernel's bucket (decode: 3 of them, against keys split into
-    parts) in the spec's layout; key lengths no block divides."""
+    parts) in the spec's layout; key lengths no block divides. The last keys and values
+    arrive as new KV-cache entries, which the kernel writes into the caches."""
     switches = variant["switches"]
     head_dim, mask = int(switches["head_dim"]), switches["mask"]
     batch, heads_q, heads_kv = 2, 4, 2
-    seq_q, seq_kv = (3, 1000) if bucket[0][1] <= 16 else (37, 53)
+    seq_q = _size_in(bucket[0], 3 if bucket[0][1] <= 16 else 37)
+    seq_kv = _size_in(bucket[1], 1000 if bucket[0][1] <= 16 else 53)
     wide = spec.width == 64
     unit = None if spec.unit[0] is None else 3
 
@@ -219,6 +221,8 @@ def _attention(nt, variant, spec, dtype, bucket):
 
     # wide: the query's two batches lie 2^31 elements apart
     q, k, v = layout(heads_q, seq_q, wide), layout(heads_kv, seq_kv), layout(heads_kv, seq_kv)
+    appended = 3  # a few new entries: the kernel writes them (more are copied first)
+    new_k, new_v = layout(heads_kv, appended), layout(heads_kv, appended)
     attn_mask = None
     if mask == "bool":
         attn_mask = torch.rand(q.shape[0], 1, seq_q, seq_kv, device="cuda") > 0.3
@@ -226,7 +230,13 @@ def _attention(nt, variant, spec, dtype, bucket):
     elif mask == "float":
         attn_mask = values((1, heads_q, 1, seq_kv), dtype)
     causal = mask == "causal"
-    result = nt.scaled_dot_product_attention(q, k, v, attn_mask, is_causal=causal, enable_gqa=True)
+    result = nt.scaled_dot_product_attention(
+        q, k, v, attn_mask, is_causal=causal, enable_gqa=True,
+        present_key=new_k, present_value=new_v,
+        present_key_slot=k[:, :, -appended:], present_value_slot=v[:, :, -appended:],
+    )  # fmt: skip
+    assert torch.equal(k[:, :, -appended:], new_k)
+    assert torch.equal(v[:, :, -appended:], new_v)
     kr, vr = (t.float().repeat_interleave(heads_q // heads_kv, 1) for t in (k, v))
     float_mask = (
         attn_mask if attn_mask is None or attn_mask.dtype == torch.bool else attn_mask.float()

@@ -405,27 +405,58 @@ def test_attention_fully_masked_rows_give_zero(nt):
     torch.testing.assert_close(got[:, :, ::2], expected, rtol=1e-2, atol=1e-2)
 
 
-def test_attention_kv_cache(nt):
-    dtype, head_dim = torch.float16, 128
-    cache_k = values((1, 4, 64, head_dim), dtype)
-    cache_v = values((1, 4, 64, head_dim), dtype)
-    new_k, new_v = values((1, 4, 1, head_dim), dtype), values((1, 4, 1, head_dim), dtype)
-    q = values((1, 4, 1, head_dim), dtype)
-    position = 40
-    visible_k, visible_v = cache_k[:, :, : position + 1], cache_v[:, :, : position + 1]
-    out = nt.scaled_dot_product_attention(
-        q,
-        visible_k,
-        visible_v,
-        present_key=new_k,
-        present_value=new_v,
-        present_key_slot=cache_k[:, :, position : position + 1],
-        present_value_slot=cache_v[:, :, position : position + 1],
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("seq_q", [1, 5])
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_kv_cache(nt, batch, seq_q, causal):
+    """A model's step: queries and new keys and values are views of one fused projection
+    ((batch, seq, heads, head_dim) transposed), the caches have room past the step, and
+    the slots are the attended caches' last positions, so the kernel writes them (no
+    copies). A slot elsewhere is copied first; a bad call leaves the caches alone."""
+    dtype, head_dim, heads_q, heads_kv, position = torch.bfloat16, 128, 8, 2, 300
+    sizes = (heads_q * head_dim, heads_kv * head_dim, heads_kv * head_dim)
+    qkv = values((batch, seq_q, sum(sizes)), dtype)
+    q, new_k, new_v = (
+        part.unflatten(-1, (-1, head_dim)).transpose(1, 2) for part in qkv.split(sizes, -1)
     )
-    assert torch.equal(cache_k[:, :, position : position + 1], new_k)
-    torch.testing.assert_close(
-        out, sdpa_reference(q, visible_k, visible_v).to(dtype), rtol=1e-2, atol=1e-2
-    )
+    cache_k, cache_v = (values((batch, heads_kv, 512, head_dim), dtype) for _ in range(2))
+    end = position + seq_q
+    visible_k, visible_v = cache_k[:, :, :end], cache_v[:, :, :end]
+    sdpa = nt.scaled_dot_product_attention
+
+    def step(key_slot, value_slot, **options):
+        return sdpa(
+            q, visible_k, visible_v, is_causal=causal, enable_gqa=True,
+            causal_variant=nt.CausalVariant.LOWER_RIGHT, present_key=new_k,
+            present_value=new_v, present_key_slot=key_slot, present_value_slot=value_slot,
+            **options,
+        )  # fmt: skip
+
+    def expected():
+        return sdpa_reference(q, visible_k, visible_v, causal=causal, lower_right=True)
+
+    slots = cache_k[:, :, position:end], cache_v[:, :, position:end]
+    fused = nt._attention._present(visible_k, visible_v, new_k, new_v, *slots)
+    assert fused[2] == seq_q, "the kernel writes the entries: no copies"
+    out = step(*slots)
+    assert torch.equal(cache_k[:, :, position:end], new_k)
+    assert torch.equal(cache_v[:, :, position:end], new_v)
+    torch.testing.assert_close(out, expected().to(dtype), rtol=2e-2, atol=2e-2)
+    # A slot that is not the attended tail: copied before the launch.
+    cache_k[:, :, :end] = 0
+    out = step(cache_k[:, :, :seq_q], cache_v[:, :, :seq_q])
+    assert torch.equal(cache_k[:, :, :seq_q], new_k)
+    torch.testing.assert_close(out, expected().to(dtype), rtol=2e-2, atol=2e-2)
+    # Refused before anything is written.
+    before = cache_k.clone()
+    with pytest.raises(ValueError, match="broadcast"):
+        sdpa(
+            q, visible_k, visible_v, torch.ones(3, end, dtype=torch.bool, device="cuda"),
+            enable_gqa=True, present_key=new_k, present_value=new_v,
+            present_key_slot=cache_k[:, :, end : end + seq_q],
+            present_value_slot=cache_v[:, :, end : end + seq_q],
+        )  # fmt: skip
+    assert torch.equal(cache_k, before)
 
 
 def test_attention_errors(nt):

@@ -250,11 +250,34 @@ def check_split_k():
 
 def check_attention(make):
     """Unsplit (prefill's configuration): rows of a block from two query heads, key
-    lengths no block divides, every mask; then split keys (decode's) directly."""
+    lengths no block divides, every mask, with and without new KV-cache entries; then
+    split keys (decode's) directly."""
     for mask in ("none", "causal", "bool", "float"):
-        for seq_q, seq_kv in ((37, 53), (3, 40), (1, 1)):
-            attention_with(make, mask, seq_q, seq_kv)
+        for seq_q, seq_kv, appended in ((37, 53, 0), (37, 53, 37), (3, 40, 3), (1, 1, 1)):
+            attention_with(make, mask, seq_q, seq_kv, appended)
     check_split_attention()
+
+
+def _appended(k, v, appended):
+    """The last `appended` keys and values as new entries (in the layout a fused QKV
+    projection's view has), and caches whose slots for them hold NaN: read before the
+    kernel writes them, they would poison the result."""
+    if not appended:
+        return k, v, k, v
+    batch, heads, _, head_dim = k.shape
+
+    def entries(cache):
+        fresh = torch.empty(batch, appended, heads, head_dim, dtype=cache.dtype)
+        fresh = fresh.transpose(1, 2)
+        fresh.copy_(cache[:, :, -appended:])
+        return fresh
+
+    def poisoned(cache):
+        cache = cache.clone()
+        cache[:, :, -appended:] = float("nan")
+        return cache
+
+    return poisoned(k), poisoned(v), entries(k), entries(v)
 
 
 def _attention_case(mask, batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, dtype=torch.float32):
@@ -278,9 +301,10 @@ def _attention_case(mask, batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, dty
     return q, k, v, extra, expected
 
 
-def attention_with(make, mask, seq_q, seq_kv):
+def attention_with(make, mask, seq_q, seq_kv, appended):
     batch, heads_q, heads_kv, head_dim = 2, 4, 2, 64
     q, k, v, extra, expected = _attention_case(mask, batch, heads_q, heads_kv, seq_q, seq_kv, 64)
+    cache_k, cache_v, new_k, new_v = _appended(k, v, appended)
     kernel = make(
         "scaled_dot_product_attention", 4, head_dim="64", mask=mask,
         block_size_m=16, block_size_n=16, block_size_d=64,
@@ -288,11 +312,15 @@ def attention_with(make, mask, seq_q, seq_kv):
     out = torch.empty(batch, heads_q, seq_q, head_dim)
     rows = out.view(batch, heads_kv, heads_q // heads_kv * seq_q, head_dim)
     scale = 1 / math.sqrt(head_dim)
+    present = (new_k, new_v, appended)
     if mask == "causal":
-        kernel(rows, q, k, v, scale, *extra)
+        kernel(rows, q, cache_k, cache_v, *present, scale, *extra)
     else:
-        kernel(rows, q, k, v, *extra, scale)
-    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4, msg=f"{mask} {seq_q}x{seq_kv}")
+        kernel(rows, q, cache_k, cache_v, *present, *extra, scale)
+    case = f"{mask} {seq_q}x{seq_kv} +{appended}"
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4, msg=case)
+    assert torch.equal(cache_k, k), case  # the entries written
+    assert torch.equal(cache_v, v), case
 
 
 def check_split_attention():
@@ -309,31 +337,33 @@ def check_split_attention():
 
     @triton.jit
     def split(
-        q, k, v, o, bias, workspace, launch, scale, offset,
-        batch, heads_kv, seq_q, seq_kv, rows_total, head_dim,
-        sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, so_b, so_h, so_r,
-        sb_b, sb_h, sb_s, sb_k,
+        q, k, v, o, pk, pv, bias, workspace, launch, scale, offset,
+        batch, heads_kv, seq_q, seq_kv, appended, rows_total, head_dim,
+        sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sp_b, sp_h, sp_s,
+        so_b, so_h, so_r, sb_b, sb_h, sb_s, sb_k,
         BLOCK_D: tl.constexpr, MASK: tl.constexpr,
     ):  # fmt: skip
         attend(
-            q, k, v, o, bias, workspace, launch, scale, offset,
-            batch, heads_kv, seq_q, seq_kv, rows_total, head_dim,
-            sq_b, sq_h, sq_s, 1, sk_b, sk_h, sk_s, 1, sv_b, sv_h, sv_s, 1, so_b, so_h, so_r, 1,
-            sb_b, sb_h, sb_s, sb_k, 16, 16, BLOCK_D, MASK, 8, "ieee", False,
+            q, k, v, o, pk, pv, bias, workspace, launch, scale, offset,
+            batch, heads_kv, seq_q, seq_kv, appended, rows_total, head_dim,
+            sq_b, sq_h, sq_s, 1, sk_b, sk_h, sk_s, 1, sv_b, sv_h, sv_s, 1, sp_b, sp_h, sp_s, 1,
+            so_b, so_h, so_r, 1, sb_b, sb_h, sb_s, sb_k, 16, 16, BLOCK_D, MASK, 8, "ieee", False,
         )  # fmt: skip
 
     kinds = {"none": 0, "causal": 1, "bool": 2, "float": 3}
-    for mask, seq_q, seq_kv, head_dim, parts in [
-        ("none", 1, 100, 64, 3),
-        ("none", 1, 20, 64, 5),  # more parts than key blocks
-        ("causal", 4, 70, 96, 4),  # the last part past every query's diagonal
-        ("bool", 2, 45, 64, 2),
-        ("float", 1, 1, 64, 3),
+    for mask, seq_q, seq_kv, head_dim, parts, appended in [
+        ("none", 1, 100, 64, 3, 1),
+        ("none", 1, 20, 64, 5, 0),  # more parts than key blocks
+        ("causal", 4, 70, 96, 4, 4),  # the last part past every query's diagonal
+        ("bool", 2, 45, 64, 2, 0),
+        ("float", 1, 1, 64, 3, 1),
+        ("none", 16, 50, 64, 2, 40),  # more new entries than a block: shared by programs
     ]:
         batch, heads_q, heads_kv = 2, 4, 2
         q, k, v, extra, expected = _attention_case(
             mask, batch, heads_q, heads_kv, seq_q, seq_kv, head_dim
         )
+        cache_k, cache_v, new_k, new_v = _appended(k, v, appended)
         out = torch.full((batch, heads_q, seq_q, head_dim), float("nan"))
         rows_total = heads_q // heads_kv * seq_q
         rows = out.view(batch, heads_kv, rows_total, head_dim)
@@ -349,14 +379,15 @@ def check_split_attention():
         for launch in (7, 7, 8):  # 7 twice: a graph replay
             out.fill_(float("nan"))
             split[(programs,)](
-                q, k, v, rows, bias, workspace, launch, 1 / math.sqrt(head_dim), offset,
-                batch, heads_kv, seq_q, seq_kv, rows_total, head_dim,
-                *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *rows.stride()[:3],
-                *bias_strides, block_d, kinds[mask],
+                q, cache_k, cache_v, rows, new_k, new_v, bias, workspace, launch,
+                1 / math.sqrt(head_dim), offset, batch, heads_kv, seq_q, seq_kv, appended,
+                rows_total, head_dim, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+                *new_k.stride()[:3], *rows.stride()[:3], *bias_strides, block_d, kinds[mask],
             )  # fmt: skip
-            torch.testing.assert_close(
-                out, expected, rtol=1e-4, atol=1e-4, msg=f"{mask} {seq_q}x{seq_kv} {parts} parts"
-            )
+            case = f"{mask} {seq_q}x{seq_kv} +{appended} {parts} parts"
+            torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4, msg=case)
+            assert torch.equal(cache_k, k), case
+            assert torch.equal(cache_v, v), case
 
 
 def check_rotary_position_embedding(make):

@@ -74,7 +74,7 @@ def test_manifest_describes_the_build(small_build, build_dir):
     assert manifest["build"]["arches"] == ["sm_80", "sm_90"]
     assert manifest["build"]["ops"] == ["add", "eq", "mm", "softmax"]
     assert set(manifest["toolchain"]) == {"ntops-aot", "ninetoothed", "triton", "python", "cc"}
-    assert len(manifest["ops"]) == 37
+    assert len(manifest["ops"]) == 38
     library = files["ntops_prebuilt/_C.abi3.so"]
     kernels = [k for variant in manifest["variants"] for k in variant["kernels"]]
     assert len(kernels) == len(small_build.kernels)
