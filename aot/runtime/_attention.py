@@ -86,11 +86,12 @@ def _check_cache(present, slot, name):
         )
 
 
-def _same_layout(a, b):
-    """Equal shapes and equal strides where a dim has more than one index (the stride
-    of a size-1 dim is never used: views give them any value)."""
-    return a.shape == b.shape and all(
-        size == 1 or x == y for size, x, y in zip(a.shape, a.stride(), b.stride(), strict=True)
+def _strides_agree(tensor, other):
+    """Equal strides wherever `tensor` has more than one index: the stride of a size-1
+    dim is never used, and views give it any value."""
+    return all(
+        size == 1 or x == y
+        for size, x, y in zip(tensor.shape, tensor.stride(), other.stride(), strict=True)
     )
 
 
@@ -102,10 +103,7 @@ def _is_tail(cache, present, slot):
         0 < appended <= min(cache.shape[2], _FUSED_ENTRIES)
         and slot.shape[:2] == cache.shape[:2]
         and slot.shape[3] == cache.shape[3]
-        and all(
-            size == 1 or x == y
-            for size, x, y in zip(slot.shape, slot.stride(), cache.stride(), strict=True)
-        )
+        and _strides_agree(slot, cache)
         and present.dtype == cache.dtype
         and present.device == cache.device
         and slot.data_ptr()
@@ -123,7 +121,8 @@ def _present(key, value, present_key, present_value, key_slot, value_slot):
     if (
         present_key is not None
         and present_value is not None
-        and _same_layout(present_key, present_value)
+        and present_key.shape == present_value.shape
+        and _strides_agree(present_key, present_value)
         and _is_tail(key, present_key, key_slot)
         and _is_tail(value, present_value, value_slot)
     ):
