@@ -106,9 +106,10 @@ def config(variant, bucket):
     small_shared = variant.arch in ("sm_86", "sm_89", "sm_120")
     if bucket.startswith("decode"):
         if variant.arch == "sm_90" and variant.dtype != "fp32" and not wide:
-            # H100 tuning run (2026-11-23, bf16, head_dim 128, batch 1-32, GQA and MHA):
-            # 64 keys a block in up to 16 parts led both buckets by 1-3%: 0.86-1.02x
-            # torch up to 2048 keys (batch 1 trails), 0.94-1.01x from 4096.
+            # H100 tuning runs (2026-11-23, bf16, head_dim 128, batch 1-32, GQA and MHA):
+            # 64 keys a block in up to 16 parts led both buckets by 1-3%. With the merge
+            # in one round of loads, 1.04-1.12x torch at batch 1, 0.98-1.09x at 8 and 32
+            # (0.98-1.00 over 134 MB of keys and more: bandwidth-bound); TMA loads 1-5% slower.
             return tiles(16, 64, block_d, 4, 3, split=16)
         # Two stages where a block gets 99 KiB: three of fp32 keys and values in 64-key
         # blocks of 128 dims took 143 KiB.
@@ -374,9 +375,10 @@ def attend(
     if MAX_PARTS > 1:
         if parts > 1:
             merge(
-                accumulator, running_max, running_sum, workspace, launch, o_rows, stored,
-                tile, part, parts, tl.cdiv(seq_kv, tl.maximum(per_part, 1)),
-                BLOCK_M, BLOCK_D, MAX_PARTS,
+                accumulator, running_max, running_sum, workspace, launch,
+                o + z * so_b + kv_head * so_h + block * BLOCK_M * so_r, so_r, so_d,
+                tl.minimum(rows_total - block * BLOCK_M, BLOCK_M), head_dim, tile, part,
+                parts, tl.cdiv(seq_kv, tl.maximum(per_part, 1)), BLOCK_M, BLOCK_D, MAX_PARTS,
             )  # fmt: skip
         else:
             result = tl.where(running_sum[:, None] == 0, 0.0, accumulator / running_sum[:, None])
@@ -388,51 +390,58 @@ def attend(
 
 @triton.jit
 def merge(
-    accumulator, running_max, running_sum, workspace, launch, o_rows, stored,
-    tile, part, parts, used, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, MAX_PARTS: tl.constexpr,
+    accumulator, running_max, running_sum, workspace, launch, o_block, so_r, so_d, live_rows,
+    head_dim, tile, part, parts, used,
+    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, MAX_PARTS: tl.constexpr,
 ):  # fmt: skip
     """Split keys: leave this part's maximum, sum and accumulator of each row in the
     workspace; the last part of the block of rows to arrive rescales every part's to
-    their common maximum, in a fixed order (the result does not depend on who arrived
-    when), and stores the rows. Workspace: an int64 counter per program (one per
+    their common maximum and stores the rows (`o_block`: the block's first row, of
+    `live_rows`). The sums over parts are reductions of one tile, so the result does
+    not depend on who arrived when. Workspace: an int64 counter per program (one per
     block of rows in use), then each program's partial result."""
     counters = workspace.to(tl.pointer_type(tl.int64))
     partials = partial_results(workspace)
     size = BLOCK_M * (2 + BLOCK_D)
     within = tl.arange(0, BLOCK_M)
-    cells = within[:, None] * BLOCK_D + tl.arange(0, BLOCK_D)[None, :]
+    columns = tl.arange(0, BLOCK_D)
+    inside = columns < head_dim
     mine = partials + (tile * parts + part) * size
     tl.store(mine + within, running_max)
     tl.store(mine + BLOCK_M + within, running_sum)
-    tl.store(mine + 2 * BLOCK_M + cells, accumulator, mask=stored)  # the live rows
+    cells = mine + 2 * BLOCK_M + within[:, None] * BLOCK_D + columns[None, :]
+    tl.store(cells, accumulator, mask=(within < live_rows)[:, None] & inside[None, :])
     tl.debug_barrier()  # every thread's part stored before the counter says so
     if arrive(counters + tile, launch) == parts:
-        # Parts past the keys hold nothing: the merge reads the first `used` only, and
-        # of them the live rows. Their loads go one part after another: wider loads
-        # (all parts of a row, or chunks of parts at once) measured slower, and so did
-        # unrolling the parts (H100, batch-1 decode, 2026-11-22).
+        # Every part's partial results of a few rows at once, in one round of loads
+        # (the merge is the step's tail: a loop over the parts, even pipelined, waited
+        # on L2 once per part). Parts past the keys hold nothing: only the first
+        # `used` are read, and of them the live rows.
+        # A few rows: 8192 cells of partial results, 64 registers a thread in 4 warps.
+        ROWS: tl.constexpr = 8192 // (MAX_PARTS * BLOCK_D) if MAX_PARTS * BLOCK_D < 8192 else 1
         first = partials + tile * parts * size
         others = tl.arange(0, MAX_PARTS)
-        maxima = tl.load(
-            first + others[:, None] * size + within[None, :],
-            mask=(others < used)[:, None],
-            other=float("-inf"),
-            cache_modifier=".cg",
-        )
-        highest = tl.max(maxima, 0)
-        shift = tl.where(highest == float("-inf"), 0.0, highest)
-        total = tl.zeros((BLOCK_M,), dtype=tl.float32)
-        result = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
-        for other in tl.range(0, used, num_stages=3):  # the parts' loads in flight together
-            slot = first + other * size
-            weight = tl.exp2(tl.load(slot + within, cache_modifier=".cg") - shift)
-            total += weight * tl.load(slot + BLOCK_M + within, cache_modifier=".cg")
+        for chunk in tl.range(0, live_rows, ROWS, num_stages=1):
+            rows = chunk + tl.arange(0, ROWS)
+            read = (others < used)[:, None] & (rows < live_rows)[None, :]
+            slots = first + others[:, None] * size + rows[None, :]
+            maxima = tl.load(slots, mask=read, other=float("-inf"), cache_modifier=".cg")
+            sums = tl.load(slots + BLOCK_M, mask=read, other=0.0, cache_modifier=".cg")
+            rows_at = first + others[:, None] * size + 2 * BLOCK_M + rows[None, :] * BLOCK_D
             partial = tl.load(
-                slot + 2 * BLOCK_M + cells, mask=stored, other=0.0, cache_modifier=".cg"
+                rows_at[:, :, None] + columns[None, None, :],
+                mask=read[:, :, None] & inside[None, None, :],
+                other=0.0,
+                cache_modifier=".cg",
             )
-            result += weight[:, None] * partial
-        result = tl.where(total[:, None] == 0, 0.0, result / total[:, None])
-        tl.store(o_rows, result.to(o_rows.dtype.element_ty), mask=stored)
+            highest = tl.max(maxima, 0)
+            weights = tl.exp2(maxima - tl.where(highest == float("-inf"), 0.0, highest)[None, :])
+            total = tl.sum(weights * sums, 0)
+            result = tl.sum(weights[:, :, None] * partial, 0)
+            result = tl.where(total[:, None] == 0, 0.0, result / total[:, None])
+            stored = (rows < live_rows)[:, None] & inside[None, :]
+            o_rows = o_block + rows[:, None] * so_r + columns[None, :] * so_d
+            tl.store(o_rows, result.to(o_block.dtype.element_ty), mask=stored)
         tl.store(counters + tile, 0)  # a graph's replay finds no count of its own
 
 

@@ -356,6 +356,7 @@ def check_split_attention():
         ("none", 1, 20, 64, 5, 0),  # more parts than key blocks
         ("causal", 4, 70, 96, 4, 4),  # the last part past every query's diagonal
         ("bool", 2, 45, 64, 2, 0),
+        ("bool", 6, 45, 96, 3, 2),  # 12 rows: merged 8 and then 4 at a time
         ("float", 1, 1, 64, 3, 1),
         ("none", 16, 50, 64, 2, 40),  # more new entries than a block: shared by programs
     ]:
