@@ -126,7 +126,9 @@ def config(variant, bucket):
         # H100 tuning run (2026-11-23, bf16/fp16, head_dim 128, 2048 tokens of 32 heads
         # over 8 and 4x4096 of 32 over 32, Triton 3.9): 64x64 tiles in 4 warps with
         # TMA loads of keys and values reached 0.79-0.82x torch causal and 0.73-0.77x
-        # not; 128x128 in 8 warps 0.70-0.76x; 64x64 without TMA 0.66-0.71x.
+        # not; 128x128 in 8 warps 0.70-0.76x; 64x64 without TMA 0.66-0.71x. The query's
+        # block kept in registers (its product then reads only the keys from shared
+        # memory) took 30-40 more registers and lost 4-7%.
         return tiles(64, 64, block_d, 4, 3, tma=True)
     block_m = 64 if small_shared and head_dim > 64 else 128
     warps = 8 if head_dim > 64 else 4
