@@ -286,3 +286,91 @@ def test_an_op_the_wheel_lacks_names_the_command_that_adds_it(installed):
     assert (
         "ntops-aot build --arch sm_80,sm_90 --ops add,eq,mm,softmax,gelu --dtypes fp16" in message
     )
+
+
+class _Wrapper(torch.Tensor):
+    """A __torch_dispatch__ wrapper subclass (as DTensor and friends are): its own
+    memory is not the data it holds."""
+
+    @staticmethod
+    def __new__(cls, inner):
+        return torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype)
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        unwrap = lambda t: t.inner if isinstance(t, _Wrapper) else t  # noqa: E731
+        args = torch.utils._pytree.tree_map(unwrap, args)
+        return func(*args, **(kwargs or {}))
+
+
+class _Subclass(torch.Tensor):
+    """A __torch_function__ subclass: its memory is its data."""
+
+
+def test_tensors_whose_memory_is_not_their_data_are_refused(plan):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    x = torch.randn(4, 5, dtype=H)
+    with FakeTensorMode():
+        fake = torch.empty(4, 5, dtype=H)
+    for tensor in (fake, _Wrapper(x)):
+        with pytest.raises(TypeError, match=r"add: other is a .*overrides __torch_dispatch__"):
+            add(plan, x, tensor, None)
+    # Subclasses that keep their data in their own memory are read as tensors.
+    for tensor in (x.as_subclass(_Subclass), torch.nn.Parameter(x.clone())):
+        assert add(plan, x, tensor, None)["params"][2] == tensor.data_ptr()
+
+
+def test_layouts_without_strides_are_refused_by_name(plan):
+    x = torch.randn(4, 5, dtype=H)
+    nested = torch.nested.nested_tensor([torch.randn(2, 5, dtype=H), torch.randn(3, 5, dtype=H)])
+    for tensor, words in ((x.to_sparse(), "non-strided"), (nested, "nested")):
+        with pytest.raises(TypeError, match=f"add: other is a {words} tensor"):
+            add(plan, x, tensor, None)
+
+
+def test_negative_views_are_read_resolved_and_not_written(plan):
+    x = torch.randn(4, 5, dtype=H)
+    negative = torch._neg_view(x)
+    chosen = add(plan, x, negative, None)
+    assert chosen["params"][0] == x.data_ptr()
+    assert chosen["params"][2] != x.data_ptr()  # a resolved copy holds -x
+    with pytest.raises(ValueError, match="add: output is a negative view"):
+        add(plan, x, x, torch._neg_view(torch.empty(4, 5, dtype=H)))
+
+
+def test_empty_results_of_any_rank(plan):
+    """torch gives some empty tensors stride-0 dims: nothing is written to race on."""
+    chosen = add(plan, torch.randn(7, 0, 31, dtype=H), torch.randn(0, 31, dtype=H), None)
+    assert chosen["empty"]
+    out = torch.empty(7, 0, 31, dtype=H)
+    assert add(plan, torch.randn(7, 0, 31, dtype=H), torch.randn(0, 31, dtype=H), out)["empty"]
+
+
+def test_an_output_an_input_is_broadcast_from_is_refused(plan):
+    o = torch.randn(4, 5, dtype=H)
+    with pytest.raises(ValueError, match="overlap in memory"):
+        add(plan, o, o[:1], o)
+    # As in torch: an expanded input, or a column of the output, is not dense, and passes.
+    assert not add(plan, o, o[:1].expand(4, 5), o)["empty"]
+    assert not add(plan, o[:, :1], o, o)["empty"]
+
+
+def test_writes_autograd_or_inference_mode_would_refuse(plan):
+    x = torch.randn(4, 5, dtype=H)
+    leaf = torch.randn(4, 5, dtype=H, requires_grad=True)
+    with pytest.raises(RuntimeError, match="add: input requires grad"):
+        add(plan, leaf, x, torch.empty(4, 5, dtype=H))
+    with pytest.raises(RuntimeError, match="add: output requires grad"):
+        add(plan, x, x, leaf)
+    with torch.no_grad():
+        add(plan, leaf, x, leaf)
+    assert add(plan, leaf, x, None)["grid"] > 0  # no write into a given tensor
+    with torch.inference_mode():
+        frozen = torch.empty(4, 5, dtype=H)
+        add(plan, x, x, frozen)
+    with pytest.raises(RuntimeError, match="add: output is an inference tensor"):
+        add(plan, x, x, frozen)
