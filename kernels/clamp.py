@@ -1,7 +1,7 @@
 """clamp: min(max(input, min), max) (torch.clamp), bounds as Python numbers.
 
-A missing bound arrives as an infinity. NaN inputs stay NaN, as in torch; with
-min > max every element becomes max, as in torch.
+A missing bound arrives as an infinity. NaN inputs stay NaN and a NaN bound makes
+every element NaN, as in torch; with min > max every element becomes max, as in torch.
 """
 
 import ninetoothed
@@ -21,7 +21,9 @@ config = element_wise.config
 def application(input, min, max, output):
     x = ntl.cast(input, ntl.float32)
     clamped = ntl.minimum(ntl.maximum(x, min), max)
-    output = ntl.where(x != x, x, clamped)  # noqa: F841
+    # Triton's minimum and maximum return the operand that is not NaN; the sum is NaN
+    # when any of the three is.
+    output = ntl.where((x != x) | (min != min) | (max != max), x + min + max, clamped)  # noqa: F841
 
 
 def premake(ndim, dtype, block_size=element_wise.BLOCK_SIZE):

@@ -11,6 +11,7 @@ from ntops_prebuilt import _checks as check
 from ntops_prebuilt._errors import NotBuiltError
 
 _launch = _C.launch
+_increment_version = torch._C._increment_version
 _HEAD_DIMS = (64, 96, 128, 256)
 _MASKS = ("none", "causal", "bool", "float")
 _SDPA = {
@@ -53,7 +54,15 @@ def _sdpa_checks(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
             f"{op}: key {list(key.shape)} and value {list(value.shape)} must match each other, "
             f"and query {list(query.shape)} in batch and head_dim"
         )
+    for name, tensor in (("key", key), ("value", value)):
+        if tensor.dtype != query.dtype or tensor.device != query.device:
+            raise TypeError(
+                f"{op}: {name} is {tensor.dtype} on {tensor.device}, query {query.dtype} on "
+                f"{query.device}: they must match"
+            )
     heads_kv = key.shape[1]
+    if heads_kv == 0:
+        raise ValueError(f"{op}: key and value have no heads (shape {list(key.shape)})")
     if not enable_gqa and heads_q != heads_kv:
         raise ValueError(
             f"{op}: query has {heads_q} heads and key {heads_kv}; pass enable_gqa=True"
@@ -166,6 +175,11 @@ def scaled_dot_product_attention(
         mask = None
     else:
         check.tensor("scaled_dot_product_attention", "attn_mask", attn_mask)
+        if attn_mask.dtype not in (torch.bool, query.dtype) or attn_mask.device != query.device:
+            raise TypeError(
+                f"scaled_dot_product_attention: attn_mask must be bool or {query.dtype} on "
+                f"{query.device}, not {attn_mask.dtype} on {attn_mask.device}"
+            )
         try:
             mask = attn_mask.expand(batch, heads_q, seq_q, seq_kv)
         except RuntimeError as error:
@@ -175,6 +189,8 @@ def scaled_dot_product_attention(
             ) from error
     # Every check passed: only now may the caches change.
     present = _present(key, value, present_key, present_value, present_key_slot, present_value_slot)
+    if present[2]:  # the kernel writes the caches: their autograd versions move
+        _increment_version((key, value))
     out = query.new_empty(query.shape)
     # The kernels see the result as (batch, heads_kv, group * seq_q, head_dim): the rows
     # of the query heads that share a key/value head, one after another.

@@ -39,6 +39,22 @@ def is_scalar(value):
     return value.ndim == 0 and value.device.type == "cpu"
 
 
+def promoted(input, other):
+    """`input`, converted where torch would promote it: a 0-dim tensor meeting a CPU
+    0-dim tensor is promoted with it as with any tensor (0-dim fp16 and 0-dim fp32
+    give fp32), where a Python number would leave input's dtype."""
+    if (
+        isinstance(other, torch.Tensor)
+        and isinstance(input, torch.Tensor)
+        and input.ndim == 0
+        and other.ndim == 0
+    ):
+        dtype = torch.result_type(input, other)
+        if dtype != input.dtype:
+            return input.to(dtype)
+    return input
+
+
 def scalar(op, name, value, input):
     """`value` as a Python number to combine with `input`, where torch's promotion
     leaves the result in input's dtype; what it would promote is refused."""

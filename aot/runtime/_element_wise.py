@@ -85,6 +85,7 @@ def add(input, other, *, alpha=1, out=None):
     if type(other) is _Tensor and other.ndim:  # the common case first: no other checks
         return _launch(_ADD_TENSOR, input, other, alpha, out)
     if check.is_scalar(other):
+        input = check.promoted(input, other)
         return _launch(_ADD_SCALAR, input, check.scalar("add", "other", other, input), alpha, out)
     return _launch(_ADD_TENSOR, input, other, alpha, out)
 
@@ -97,6 +98,7 @@ def sub(input, other, *, alpha=1, out=None):
             "to invert a mask, use the ~ operator or torch.logical_not()"
         )
     if check.is_scalar(other):
+        input = check.promoted(input, other)
         return _launch(
             _SUB["scalar"], input, check.scalar("sub", "other", other, input), alpha, out
         )
@@ -110,6 +112,7 @@ def _is_bool(value):
 def mul(input, other, *, out=None):
     """input * other, broadcasting like torch.mul; other may be a number."""
     if check.is_scalar(other):
+        input = check.promoted(input, other)
         return _launch(_MUL["scalar"], input, check.scalar("mul", "other", other, input), out)
     return _launch(_MUL["tensor"], input, other, out)
 
@@ -129,6 +132,7 @@ def div(input, other, *, rounding_mode=None, out=None):
             f"div: rounding_mode must be None, 'trunc' or 'floor', not {rounding_mode!r}"
         )
     if check.is_scalar(other):
+        input = check.promoted(input, other)
         value = check.scalar("div", "other", other, input)
         return _launch(_DIV[mode, "scalar"], input, value, out)
     return _launch(_DIV[mode, "tensor"], input, other, out)
@@ -140,6 +144,7 @@ _POW = check.groups("pow", "exponent", ("tensor", "scalar"))
 def pow(input, exponent, *, out=None):
     """input ** exponent (torch.pow); exponent a tensor or a number."""
     if check.is_scalar(exponent):
+        input = check.promoted(input, exponent)
         value = check.scalar("pow", "exponent", exponent, input)
         return _launch(_POW["scalar"], input, value, out)
     return _launch(_POW["tensor"], input, exponent, out)
@@ -168,6 +173,7 @@ def _binary(name):
 
     def function(input, other, *, out=None):
         if check.is_scalar(other):
+            input = check.promoted(input, other)
             value = check.scalar(name, "other", other, input)
             return _launch(groups["scalar"], input, value, out)
         return _launch(groups["tensor"], input, other, out)

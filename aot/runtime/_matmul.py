@@ -1,6 +1,8 @@
 """Matrix products: mm, bmm, addmm, and matmul routing to them. fp32 goes through
 TF32 unless torch.get_float32_matmul_precision() is "highest"."""
 
+import math
+
 import torch
 
 from ntops_prebuilt import _C
@@ -40,6 +42,31 @@ def _product(op, input, mat2, out, ndim):
     return out
 
 
+def _span(tensor):
+    """The bytes a tensor's elements lie in, [first, last)."""
+    sizes, strides = tensor.shape, tensor.stride()
+    extent = sum((size - 1) * stride for size, stride in zip(sizes, strides, strict=True))
+    first = tensor.data_ptr()
+    return first, first + (extent + 1) * tensor.element_size()
+
+
+def _apart(op, input, out):
+    """`input` for a product written into `out`: the same elements are read from a
+    copy (torch allows out=input, and the kernels read the bias tile by tile while
+    others store); any other overlap is refused, as torch refuses it on CUDA."""
+    if input.numel() == 0 or out.numel() == 0:
+        return input
+    (first, last), (out_first, out_last) = _span(input), _span(out)
+    if last <= out_first or out_last <= first:
+        return input
+    if input.shape == out.shape and input.stride() == out.stride() and first == out_first:
+        return input.clone()
+    raise ValueError(
+        f"{op}: input and out overlap in memory without being the same elements; the "
+        "product would overwrite input before it is read (clone the input)"
+    )
+
+
 def mm(input, mat2, *, out=None):
     """input @ mat2 for 2-D tensors."""
     out = _product("mm", input, mat2, out, 2)
@@ -57,7 +84,10 @@ def bmm(input, mat2, *, out=None):
 def addmm(input, mat1, mat2, *, beta=1, alpha=1, out=None):
     """beta * input + alpha * (mat1 @ mat2); input broadcasts to the product's shape."""
     check.tensor("addmm", "input", input)
+    given = out
     out = _product("addmm", mat1, mat2, out, 2)
+    if given is not None:
+        input = _apart("addmm", input, out)
     try:
         bias = input.expand(out.shape)
     except RuntimeError as error:
@@ -84,13 +114,15 @@ def matmul(input, other, *, out=None):
         raise ValueError("matmul: both arguments need at least one dim")
     left = input if input.ndim > 1 else input.unsqueeze(0)
     right = other if other.ndim > 1 else other.unsqueeze(-1)
+    # Sizes spelled out rather than -1: a dim of 0 leaves -1 undetermined.
     if right.ndim == 2:  # fold every leading dim of `left` into its rows
-        rows = left.reshape(-1, left.shape[-1])
+        rows = left.reshape(math.prod(left.shape[:-1]), left.shape[-1])
         result = mm(rows, right).view(*left.shape[:-1], right.shape[-1])
     else:
         batch = torch.broadcast_shapes(left.shape[:-2], right.shape[:-2])
-        left = left.expand(*batch, *left.shape[-2:]).reshape(-1, *left.shape[-2:])
-        right = right.expand(*batch, *right.shape[-2:]).reshape(-1, *right.shape[-2:])
+        count = math.prod(batch)
+        left = left.expand(*batch, *left.shape[-2:]).reshape(count, *left.shape[-2:])
+        right = right.expand(*batch, *right.shape[-2:]).reshape(count, *right.shape[-2:])
         result = bmm(left, right).view(*batch, left.shape[-2], right.shape[-1])
     if other.ndim == 1:
         result = result.squeeze(-1)

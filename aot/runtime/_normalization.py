@@ -5,6 +5,7 @@ import torch
 
 from ntops_prebuilt import _C
 from ntops_prebuilt import _checks as check
+from ntops_prebuilt._errors import NotBuiltError
 
 _launch = _C.launch
 _SOFTMAX = _C.group("softmax")
@@ -14,7 +15,9 @@ _LAYER_NORM = {
     for weight in ("given", "none")
     for bias in ("given", "none")
 }
-_EPS = {dtype: torch.finfo(dtype).eps for dtype in (torch.float16, torch.bfloat16, torch.float32)}
+# eps=None: torch takes the epsilon of the type it computes in (float for half
+# types), not of the input's: fp16's 9.8e-4 would flatten rows of small values.
+_EPS = torch.finfo(torch.float32).eps
 
 
 def softmax(input, dim, dtype=None):
@@ -27,24 +30,36 @@ def softmax(input, dim, dtype=None):
         return _launch(_SOFTMAX, input.reshape(1), None).reshape(())
     dim = check.dim("softmax", dim, ndim)
     if dim == ndim - 1:
-        return _launch(_SOFTMAX, input, None)
+        return _rows(_SOFTMAX, input)
     # The kernel reduces the last dim: move `dim` there as a view, and back.
-    return _launch(_SOFTMAX, input.transpose(dim, -1), None).transpose(dim, -1)
+    return _rows(_SOFTMAX, input.transpose(dim, -1)).transpose(dim, -1)
+
+
+def _rows(group, rows, *rest):
+    """Launch a row-wise kernel; where the leading dims of `rows` do not merge into
+    the dims the wheel has kernels for (a permuted view, say), on a contiguous copy
+    of it: one more read and write of the input."""
+    try:
+        return _launch(group, rows, *rest, None)
+    except NotBuiltError:
+        if rows.is_contiguous():
+            raise
+        return _launch(group, rows.contiguous(), *rest, None)
 
 
 def rms_norm(input, normalized_shape, weight=None, eps=None):
     """torch.nn.functional.rms_norm over the trailing `normalized_shape` dims;
-    eps None means torch.finfo(input.dtype).eps."""
+    eps None means float32's epsilon, as torch computes half types in float."""
     check.tensor("rms_norm", "input", input)
     shape = check.normalized("rms_norm", input, normalized_shape)
     weight = check.vector("rms_norm", "weight", weight, shape)
     if eps is None:
-        eps = _EPS.get(input.dtype, 0.0)
+        eps = _EPS
     rows = input if len(shape) == 1 else input.flatten(-len(shape))
     if weight is None:
-        out = _launch(_RMS_NORM["none"], rows, eps, None)
+        out = _rows(_RMS_NORM["none"], rows, eps)
     else:
-        out = _launch(_RMS_NORM["given"], rows, weight, eps, None)
+        out = _rows(_RMS_NORM["given"], rows, weight, eps)
     return out if len(shape) == 1 else out.view(input.shape)
 
 
@@ -57,5 +72,5 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     rows = input if len(shape) == 1 else input.flatten(-len(shape))
     group = _LAYER_NORM["none" if weight is None else "given", "none" if bias is None else "given"]
     vectors = [vector for vector in (weight, bias) if vector is not None]
-    out = _launch(group, rows, *vectors, eps, None)
+    out = _rows(group, rows, *vectors, eps)
     return out if len(shape) == 1 else out.view(input.shape)

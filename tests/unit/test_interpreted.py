@@ -128,8 +128,11 @@ def check_element_wise(make):
         positive = x.abs() + 0.1
         make(op, 2)(positive, out)
         torch.testing.assert_close(out, reference(positive), msg=op)
-    make("clamp", 2)(x, -0.5, 0.25, out)
-    torch.testing.assert_close(out, x.clamp(-0.5, 0.25))
+    with_nan = x.clone()
+    with_nan[0, 0] = float("nan")
+    for low, high in ((-0.5, 0.25), (0.5, -0.25), (float("nan"), 0.25), (-0.5, float("nan"))):
+        make("clamp", 2)(with_nan, low, high, out)
+        torch.testing.assert_close(out, with_nan.clamp(low, high), equal_nan=True)
 
 
 def check_comparisons_and_bitwise(make):

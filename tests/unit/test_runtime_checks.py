@@ -1,0 +1,105 @@
+"""The runtime's Python layer without a GPU: what each function hands the launcher
+(recorded in place of launching), and the errors it raises before anything runs."""
+
+import pytest
+import torch
+
+H = torch.float16
+
+
+@pytest.fixture
+def launches(installed, monkeypatch):
+    """Every launch the runtime asks for, as (group, args); none is made."""
+    calls = []
+
+    def record(group, *args):
+        calls.append((group, args))
+        outputs = [a for a in args if isinstance(a, torch.Tensor)]
+        return args[-1] if isinstance(args[-1], torch.Tensor) else torch.empty_like(outputs[0])
+
+    for module in ("_element_wise", "_matmul", "_normalization", "_attention"):
+        monkeypatch.setattr(getattr(installed, module), "_launch", record)
+    return calls
+
+
+def test_rms_norm_without_eps_takes_floats_epsilon_as_torch_does(installed, launches):
+    installed.rms_norm(torch.randn(4, 64, dtype=H), (64,))
+    assert launches[-1][1][-2] == torch.finfo(torch.float32).eps
+
+
+def test_a_zero_dim_tensor_meeting_a_cpu_zero_dim_tensor_is_promoted(installed, launches):
+    half = torch.tensor(2.5, dtype=H)
+    for op in ("add", "sub", "mul", "div", "pow", "eq"):
+        getattr(installed, op)(half, torch.tensor(3.0))
+        assert launches[-1][1][0].dtype == torch.float32, op
+    installed.add(half, torch.tensor(3.0, dtype=H))
+    assert launches[-1][1][0] is half
+    installed.add(torch.randn(3, dtype=H), torch.tensor(3.0))  # a dimensioned input keeps its dtype
+    assert launches[-1][1][0].dtype == H
+
+
+def test_matmul_with_an_empty_inner_dim_still_folds_its_rows(installed, launches):
+    installed.matmul(torch.randn(2, 3, 0), torch.randn(0, 4))
+    _, (rows, _, out) = launches[-1]
+    assert rows.shape == (6, 0)
+    assert out.shape == (6, 4)
+    installed.matmul(torch.randn(0, 2, 3, 5), torch.randn(5, 4))
+    assert launches[-1][1][0].shape == (0, 5)
+
+
+def test_row_functions_copy_layouts_the_wheel_has_no_kernels_for(installed, monkeypatch):
+    """A permuted input whose leading dims do not merge is launched once as it is,
+    then, refused, once more as a contiguous copy."""
+    seen = []
+
+    def launch(group, rows, *rest):
+        seen.append(rows.is_contiguous())
+        if not rows.is_contiguous():
+            raise installed.NotBuiltError("no kernel for these dims")
+        return torch.empty_like(rows)
+
+    monkeypatch.setattr(installed._normalization, "_launch", launch)
+    x = torch.randn(4, 6, 8, 10, dtype=H).permute(0, 2, 3, 1)
+    assert installed.softmax(x, 1).shape == x.shape
+    assert seen == [False, True]
+    contiguous = torch.randn(4, 6, dtype=H)
+    seen.clear()
+    monkeypatch.setattr(installed._normalization, "_launch", lambda *a: (_ for _ in ()).throw(
+        installed.NotBuiltError("no fp16")))  # fmt: skip
+    with pytest.raises(installed.NotBuiltError, match="no fp16"):
+        installed.softmax(contiguous, -1)
+
+
+def test_addmm_into_its_own_input(installed, launches):
+    out, a, b = torch.randn(8, 16), torch.randn(8, 4), torch.randn(4, 16)
+    with pytest.raises(ValueError, match="addmm: input and out overlap"):
+        installed.addmm(out[0], a, b, out=out)
+    installed.addmm(out, a, b, out=out)
+    bias = launches[-1][1][0]
+    assert bias.data_ptr() != out.data_ptr()  # read from a copy
+    assert torch.equal(bias, out)
+    installed.addmm(torch.randn(16), a, b, out=out)  # apart: read in place
+    assert launches[-1][1][0].stride() == (0, 1)
+
+
+def test_attention_errors_come_before_any_cache_write(installed, launches):
+    sdpa = installed.scaled_dot_product_attention
+    q, k = torch.randn(1, 4, 1, 64, dtype=H), torch.randn(1, 4, 10, 64, dtype=H)
+    with pytest.raises(TypeError, match=r"present_key_slot must be a torch\.Tensor"):
+        sdpa(q, k, k, present_key=k[:, :, :1], present_key_slot=10)
+    with pytest.raises(ValueError, match="key and value have no heads"):
+        sdpa(q, k[:, :0], k[:, :0], enable_gqa=True)
+    with pytest.raises(TypeError, match=r"value is torch\.float32"):
+        sdpa(q, k, k.float())
+    cache_k, cache_v = torch.randn(1, 4, 16, 64, dtype=H), torch.randn(1, 4, 16, 64, dtype=H)
+    before = cache_k.clone(), cache_v.clone()
+    new = torch.randn(1, 4, 1, 64, dtype=H)
+    for mask in (torch.ones(1, 1, 1, 16, dtype=torch.int32), torch.ones(1, 1, 1, 16)):
+        with pytest.raises(TypeError, match=r"attn_mask must be bool or torch\.float16"):
+            sdpa(
+                q, cache_k, cache_v, mask, present_key=new, present_value=new,
+                present_key_slot=cache_k[:, :, :1], present_value_slot=cache_v[:, :, :1],
+            )  # fmt: skip
+    assert torch.equal(cache_k, before[0])
+    assert torch.equal(cache_v, before[1])
+    assert not launches
