@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
+from ntops_aot.aot import manylinux
 from ntops_aot.aot.cache import Cache, extension_key, write_atomic
 from ntops_aot.aot.compile import CompiledKernel
 from ntops_aot.aot.errors import ExtensionBuildError
@@ -37,19 +38,13 @@ CFLAGS = ("-O2", "-std=gnu11", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # zip's earliest date: no build time in the wheel
 
 
-def platform_tag() -> str:
-    """manylinux_X_Y for the glibc the extension was linked against (it runs on that
-    glibc and newer), linux_<machine> elsewhere."""
-    machine = platform.machine()
-    libc = os.confstr("CS_GNU_LIBC_VERSION") if hasattr(os, "confstr") else None
-    if libc and libc.startswith("glibc "):
-        major, minor = libc.split()[1].split(".")[:2]
-        return f"manylinux_{major}_{minor}_{machine}"
-    return f"linux_{machine}"
+def platform_tag(extension: bytes) -> str:
+    """The tag of the glibc the extension needs (not the build host's): see manylinux."""
+    return manylinux.platform_tag(manylinux.read_needs(extension))
 
 
-def wheel_name(version: str) -> str:
-    return f"{DISTRIBUTION}-{version}-{PYTHON_TAG}-abi3-{platform_tag()}.whl"
+def wheel_name(version: str, tag: str) -> str:
+    return f"{DISTRIBUTION}-{version}-{PYTHON_TAG}-abi3-{tag}.whl"
 
 
 def write_cubins(
@@ -121,7 +116,11 @@ def compile_extension(
         *(str(directory / name) for name in sources if name.endswith((".c", ".S"))),
         "-o",
         str(output),
-        "-ldl",
+        # libdl.so.2 by name, and kept where glibc >= 2.34 left it empty: before 2.34 it,
+        # not libc, holds the dlopen@GLIBC_2.2.5 that driver.c binds to.
+        "-Wl,--push-state,--no-as-needed",
+        "-l:libdl.so.2",
+        "-Wl,--pop-state",
         "-lpthread",
     ]
     key = extension_key(sources, command, compiler_version())
@@ -173,8 +172,10 @@ def write_wheel(
     extension: pathlib.Path, manifest: Mapping[str, Any], out_dir: pathlib.Path
 ) -> pathlib.Path:
     version = manifest["version"]
+    library = extension.read_bytes()
+    tag = platform_tag(library)  # of the library shipped, a cached one included
     files = {f"{DISTRIBUTION}/{name}": data for name, data in runtime_files().items()}
-    files[f"{DISTRIBUTION}/_C.abi3.so"] = extension.read_bytes()
+    files[f"{DISTRIBUTION}/_C.abi3.so"] = library
     files[f"{DISTRIBUTION}/manifest.json"] = (
         json.dumps(manifest, indent=1, sort_keys=True) + "\n"
     ).encode()
@@ -184,14 +185,14 @@ def write_wheel(
         "Wheel-Version: 1.0\n"
         f"Generator: ntops-aot {metadata.version('ntops-aot')}\n"
         "Root-Is-Purelib: false\n"
-        f"Tag: {PYTHON_TAG}-abi3-{platform_tag()}\n"
+        f"Tag: {PYTHON_TAG}-abi3-{tag}\n"
     ).encode()
     record = [f"{path},sha256={_digest(data)},{len(data)}" for path, data in sorted(files.items())]
     record.append(f"{dist_info}/RECORD,,")
     files[f"{dist_info}/RECORD"] = ("\n".join(record) + "\n").encode()
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / wheel_name(version)
+    path = out_dir / wheel_name(version, tag)
     if _record(path) == files[f"{dist_info}/RECORD"]:
         return path  # the same files: the same bytes (nothing in a wheel varies)
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
