@@ -81,3 +81,77 @@ def test_split_attention_replays_in_a_graph(nt):
         torch.cuda.synchronize()
         expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
         torch.testing.assert_close(out, expected, rtol=1e-2, atol=1e-2)
+
+
+def _random_launch(nt, rng, dtype):
+    """One launch of a random op and shape, and torch's result for it: element-wise
+    with broadcasting, rows, products (split K at small M), split attention."""
+
+    def randn(*shape):
+        return torch.randn(shape, device="cuda").to(dtype)
+
+    kind = rng.randrange(6)
+    if kind == 0:
+        shape = [rng.randint(1, 70) for _ in range(rng.randint(1, 3))]
+        x, y = randn(*shape), randn(*shape[rng.randrange(len(shape)) :])
+        return nt.add(x, y, alpha=0.5), torch.add(x, y, alpha=0.5)
+    if kind == 1:
+        x = randn(rng.randint(1, 40), rng.randint(1, 2000))
+        return nt.softmax(x, -1), torch.softmax(x.float(), -1).to(dtype)
+    if kind == 2:
+        x, w = randn(rng.randint(1, 40), 512), randn(512)
+        return nt.rms_norm(x, (512,), w, 1e-6), torch.nn.functional.rms_norm(
+            x.float(), (512,), w.float(), 1e-6
+        ).to(dtype)
+    if kind == 3:
+        x, y = randn(rng.randint(1, 90), 777), randn(777, 777)
+        return nt.silu_mul(x, y[: x.shape[0]]), torch.nn.functional.silu(x) * y[: x.shape[0]]
+    if kind == 4:
+        a = randn(rng.randint(1, 16), rng.choice((512, 4096)))
+        b = randn(rng.randint(1, 300), a.shape[1]).t()
+        return nt.mm(a, b), (a.float() @ b.float()).to(dtype)
+    q = randn(rng.randint(1, 2), 8, 1, 64)
+    k, v = (randn(q.shape[0], 2, rng.randint(1, 3000), 64) for _ in range(2))
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    return nt.scaled_dot_product_attention(q, k, v, enable_gqa=True), expected
+
+
+def test_eight_threads_ten_thousand_random_launches_each(nt):
+    """8 threads, each on its own stream, 10,000 launches of random ops and shapes
+    (split-K products and split attention among them, whose workspaces and counters
+    must not mix between streams); every result checked against torch's, computed
+    on the same stream. The errors stay on the GPU until the end."""
+    import random
+
+    launches = 10_000
+    tolerance = {torch.float16: 1e-2, torch.bfloat16: 5e-2, torch.float32: 1e-3}
+    errors, worst = [], [None] * 8
+    start = threading.Barrier(8)
+
+    def work(seed):
+        try:
+            rng = random.Random(seed)
+            stream = torch.cuda.Stream()
+            excess = []
+            with torch.cuda.stream(stream):
+                start.wait()
+                for _ in range(launches):
+                    dtype = rng.choice(tuple(tolerance))
+                    got, want = _random_launch(nt, rng, dtype)
+                    bound = tolerance[dtype] * (1 + want.float().abs())
+                    excess.append(((got.float() - want.float()).abs() - bound).amax())
+                worst[seed] = torch.stack(excess)
+            stream.synchronize()
+        except Exception as error:  # reported by the main thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    for seed, excess in enumerate(worst):
+        assert excess.numel() == launches
+        bad = (excess > 0).nonzero().flatten().tolist()
+        assert not bad, f"thread {seed}: launches {bad[:10]} out of tolerance"

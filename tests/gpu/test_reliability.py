@@ -155,3 +155,33 @@ def test_a_refused_attention_call_leaves_the_kv_cache_as_it_was(nt):
     assert torch.equal(cache_k[:, :, 15:], new_k)
     assert cache_k._version > versions[0]
     assert cache_v._version > versions[1]
+
+
+def test_a_failed_first_load_leaves_no_module_behind(nt):
+    """A module whose function or shared-memory opt-in fails is unloaded again, and
+    the error names the call that failed. In a fresh process: nothing is loaded yet."""
+    import os
+    import subprocess
+    import sys
+
+    script = """
+import torch, ntops_prebuilt as nt
+x = torch.randn(1000, device="cuda")
+for stage, call in ((1, "cuModuleGetFunction"), (2, "cuFuncSetAttribute")):
+    for _ in range(3):
+        before = nt._C._fault_next_load(stage)
+        try:
+            nt.add(x, x)
+        except nt.CudaError as error:
+            assert call in str(error), error
+        else:
+            raise AssertionError("the faulty load went through")
+        assert nt._C._fault_next_load(0) == before, "a module was left behind"
+torch.testing.assert_close(nt.add(x, x), x + x)
+print("clean")
+"""
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=os.environ, timeout=300
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "clean" in run.stdout
