@@ -106,12 +106,24 @@ def matmul(input, other, *, out=None):
     dims broadcast, and fold into rows when `other` is a matrix or a vector."""
     check.tensor("matmul", "input", input)
     check.tensor("matmul", "other", other)
-    if input.ndim == other.ndim == 2:
-        return mm(input, other, out=out)
-    if input.ndim == other.ndim == 3 and input.shape[0] == other.shape[0]:
-        return bmm(input, other, out=out)
     if input.ndim == 0 or other.ndim == 0:
         raise ValueError("matmul: both arguments need at least one dim")
+    inner = other.shape[-2] if other.ndim > 1 else other.shape[0]
+    if input.shape[-1] != inner:
+        raise ValueError(
+            f"matmul: input {list(input.shape)} and other {list(other.shape)} do not "
+            f"multiply: {input.shape[-1]} columns against {inner} rows"
+        )
+    if input.ndim == other.ndim == 2 or (
+        input.ndim == other.ndim == 3 and input.shape[0] == other.shape[0]
+    ):
+        op = mm if input.ndim == 2 else bmm
+        if out is not None and tuple(out.shape) != (*input.shape[:-1], other.shape[-1]):
+            raise ValueError(
+                f"matmul: out has shape {list(out.shape)}, the product is "
+                f"{[*input.shape[:-1], other.shape[-1]]}"
+            )
+        return op(input, other, out=out)
     left = input if input.ndim > 1 else input.unsqueeze(0)
     right = other if other.ndim > 1 else other.unsqueeze(-1)
     # Sizes spelled out rather than -1: a dim of 0 leaves -1 undetermined.

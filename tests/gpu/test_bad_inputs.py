@@ -90,7 +90,7 @@ def _cases(nt):
         ("addmm", lambda: nt.addmm(cuda(3), a, b)),
         ("addmm", lambda: nt.addmm(cuda(4), a, b, beta="1")),
         ("addmm", lambda: nt.addmm(a[0, :4], a, b, out=a[:, :4])),
-        ("matmul", lambda: nt.matmul(cuda(()), b)),
+        ("matmul", lambda: nt.matmul(torch.tensor(1.0, device="cuda"), b)),
         ("matmul", lambda: nt.matmul(a, a)),
         ("matmul", lambda: nt.matmul(a, b, out=cuda(2, 2))),
         (SDPA, lambda: sdpa(q, k, k)),

@@ -111,7 +111,8 @@ def _random_launch(nt, rng, dtype):
         b = randn(rng.randint(1, 300), a.shape[1]).t()
         return nt.mm(a, b), (a.float() @ b.float()).to(dtype)
     q = randn(rng.randint(1, 2), 8, 1, 64)
-    k, v = (randn(q.shape[0], 2, rng.randint(1, 3000), 64) for _ in range(2))
+    seq_kv = rng.randint(1, 3000)
+    k, v = (randn(q.shape[0], 2, seq_kv, 64) for _ in range(2))
     expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
     return nt.scaled_dot_product_attention(q, k, v, enable_gqa=True), expected
 
