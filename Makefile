@@ -8,8 +8,10 @@ TORCH ?= torch
 ARCH ?= sm_90
 OPS ?= all
 OUT ?= dist
+SEED ?= 0
+CASES ?= 30000
 
-.PHONY: install test lint build gpu-test bench bench-layer clean
+.PHONY: install test lint build gpu-test fuzz bench bench-layer clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +34,10 @@ build:
 gpu-test:
 	$(PY) -m pytest -m gpu tests -q
 
+# Differential fuzzing against torch (tests/gpu/fuzz.py); a short run is part of gpu-test.
+fuzz:
+	$(PY) tests/gpu/fuzz.py --seed $(SEED) --cases $(CASES) --json fuzz.json
+
 bench:
 	$(PY) tests/benchmarks/bench_add.py --json bench.json
 	$(PY) tests/benchmarks/bench_ops.py --json bench_ops.json
@@ -41,4 +47,4 @@ bench-layer:
 	$(PY) tests/benchmarks/bench_layer.py --json bench_layer.json --png bench_layer.png
 
 clean:
-	rm -rf generated $(OUT) bench.json bench_ops.json bench_layer.json bench_layer.png
+	rm -rf generated $(OUT) bench.json bench_ops.json bench_layer.json bench_layer.png fuzz.json

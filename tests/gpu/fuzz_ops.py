@@ -1,0 +1,496 @@
+"""The ops the fuzz suite (tests/gpu/fuzz.py) calls, as PyTorch's OpInfo database keeps
+them: per op, how to draw a random call, torch's answer to it (the reference, with
+ntops_prebuilt's signature), the dtypes its kernel is built for (its SPACE, which a
+unit test checks) and how closely results must agree.
+
+`REFERENCE` is a module-like namespace of the references: fuzzing it against itself
+tests the harness on any machine.
+"""
+
+import dataclasses
+import enum
+import math
+import types
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch._prims_common import is_non_overlapping_and_dense_or_false as is_dense
+from torch._subclasses.fake_tensor import FakeTensor
+
+from tests.gpu.fuzz_draw import Draw
+from tests.gpu.fuzz_inputs import BOOL, DTYPES, FLOATS, INTEGERS
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """`draw(d, op)` returns (args, kwargs); `reference` is torch's answer; `dtypes`
+    what the op's kernel is built for (`kernel`'s, for ops that route to another's);
+    `atol(args, kwargs, precision)` an elementwise error bound for products and
+    attention (default: per-dtype tolerances); `check` "close" or "dropout"; `names`
+    the op names a refusal may give."""
+
+    draw: Callable
+    reference: Callable
+    dtypes: tuple
+    kernel: str | None = None
+    atol: Callable | None = None
+    check: str = "close"
+    names: tuple = ()
+
+
+# ---- element-wise -----------------------------------------------------------------
+
+
+def _unary(d, op):
+    dtype = d.principal(SPECS[op].dtypes)
+    shape = d.shape()
+    x = d.tensor(shape, dtype, domain="positive" if op == "rsqrt" and d.chance(0.5) else None)
+    return (x,), _out(d, [x], shape, dtype)
+
+
+def _predicate(d, op):  # isnan, isinf: no out=
+    x = d.tensor(d.shape(), d.principal(SPECS[op].dtypes))
+    return (x,), {}
+
+
+def _activation(d, op):  # relu, silu: (input, inplace=False)
+    x = d.tensor(d.shape(), d.principal(SPECS[op].dtypes))
+    form = d.pick(("none", "none", "keyword", "positional", "false"))
+    if form != "none":
+        d.note(f"inplace={form != 'false'}")
+    if form == "positional":
+        return (x, True), {}
+    return (x,), {} if form == "none" else {"inplace": form == "keyword"}
+
+
+def _gelu(d, op):
+    x = d.tensor(d.shape(), d.principal(SPECS[op].dtypes))
+    approximate = d.pick(("none", "tanh", "tanh", "none", "fast" if d.chance(0.1) else "tanh"))
+    return (x,), {} if d.chance(0.2) else {"approximate": approximate}
+
+
+def _binary(d, op):
+    """add, sub, mul, div, pow, silu_mul, comparisons and bitwise ops: a tensor with
+    another tensor (same shape or broadcast), a number, or a 0-dim tensor."""
+    dtype = d.principal(SPECS[op].dtypes)
+    shape = d.shape()
+    x = d.tensor(shape, dtype, domain="positive" if op == "pow" and d.chance(0.5) else None)
+    other, result = _other(d, op, x, shape, dtype)
+    kwargs = {}
+    if op in ("add", "sub") and d.chance(0.4):
+        kwargs["alpha"] = d.pick((2, 0.5, -1.5, 0, 1.0, 3))
+    if op == "div" and d.chance(0.6):
+        kwargs["rounding_mode"] = d.pick(("trunc", "floor", None, "floor", "round"))
+    out_dtype = torch.bool if op in COMPARISONS else dtype
+    if d.chance(0.04) and shape and shape[0] >= 2 and not x.wrap:
+        # torch refuses `add(o, o[:1], out=o)`: the output is what `other` is broadcast
+        # from (where both are dense: it cannot tell for other layouts, and lets it race)
+        view = d.view_of(x, [("slice", 0, 0, 1, 1)], (1, *shape[1:]))
+        if d.dense(x) and d.dense(view):
+            d.note("out= is the input, and the other operand a slice of it")
+            return (x, view), {**kwargs, "out": x}
+    return (x, other), {**kwargs, **_out(d, [x, other], result, out_dtype)}
+
+
+def _other(d, op, x, shape, dtype):
+    """The second operand and the result's shape."""
+    numbers = op not in ("silu_mul",)
+    kinds = {"same": 30, "broadcast": 25, "number": 25 * numbers, "cpu": 8, "device": 5}
+    kind = d.weighted(kinds | {"mixed": 4})
+    if kind == "number":
+        return d.number(dtype, near=x if op in COMPARISONS else None), shape
+    if kind in ("cpu", "device"):
+        other_dtype = dtype if d.chance(0.6) else d.pick(DTYPES)
+        d.note(f"a 0-dim {str(other_dtype)[6:]} tensor on the {kind.upper()}")
+        d.promotes(dtype, other_dtype, shape)
+        if kind == "device" and other_dtype != dtype:
+            d.out_of_space("device tensors of two dtypes")
+        if kind == "cpu" and not numbers:
+            d.out_of_space("a CPU tensor where the kernel takes a device tensor")
+        other = d.tensor((), other_dtype, exotic=False, on_cpu=kind == "cpu")
+        return other, shape
+    if kind == "mixed":
+        d.out_of_space("tensors of two dtypes promote")
+        return d.tensor(shape, d.pick(t for t in DTYPES if t != dtype)), shape
+    if kind == "broadcast":
+        partner = d.broadcast(shape)
+        other = d.tensor(partner, dtype)
+        return other, tuple(torch.broadcast_shapes(shape, partner))
+    values = None
+    if op in COMPARISONS and d.chance(0.5):  # equal elements where a mask says
+        mine = d.logical[x].expand(shape)
+        fresh = d.values(shape, dtype)
+        values = torch.where(torch.rand(shape, generator=d.generator) < 0.5, mine, fresh)
+    return d.tensor(shape, dtype, values=values), shape
+
+
+def _out(d, inputs, shape, dtype, *, in_place=True):
+    out = d.out(inputs, shape, dtype, in_place=in_place)
+    return {} if out is None else {"out": out}
+
+
+def _clamp(d, op):
+    dtype = d.principal(SPECS[op].dtypes)
+    shape = d.shape()
+    x = d.tensor(shape, dtype)
+    bounds = []
+    for _ in range(2):
+        roll = d.rng.random()
+        if roll < 0.25:
+            bounds.append(None)
+        elif roll < 0.29:
+            d.out_of_space("a tensor bound")
+            bounds.append(d.tensor(d.broadcast(shape), dtype))
+        else:
+            bounds.append(d.pick((-0.5, 0.5, 0, 1, -1, 2.5, 1e-3, -3, math.inf, -math.inf)))
+            bounds[-1] = math.nan if d.chance(0.06) else bounds[-1]
+    if d.chance(0.5):
+        return (x, *bounds), {}
+    return (x,), {name: b for name, b in zip(("min", "max"), bounds, strict=True) if b is not None}
+
+
+def _dropout(d, op):
+    x = d.tensor(d.shape(), d.principal(SPECS[op].dtypes))
+    p = d.pick((0.0, 0.1, 0.3, 0.5, 0.5, 0.9, 1.0, 1.5 if d.chance(0.2) else 0.5))
+    training, inplace = d.chance(0.85), d.chance(0.25)
+    if d.chance(0.5):
+        return (x, p, training, inplace), {}
+    return (x,), {"p": p, "training": training, "inplace": inplace}
+
+
+# ---- rows -------------------------------------------------------------------------
+
+
+def _softmax(d, op):
+    dtype = d.principal(SPECS[op].dtypes)
+    shape = d.shape()
+    x = d.tensor(shape, dtype)
+    ndim = max(len(shape), 1)
+    dim = d.rng.randint(-ndim, ndim - 1) if d.chance(0.97) else ndim
+    if d.chance(0.15):
+        return (x, dim), {"dtype": d.pick((torch.float32, torch.float32, torch.float16))}
+    return (x, dim), {}
+
+
+def _norm(d, op):
+    """rms_norm and layer_norm over 1 to 3 trailing dims, with or without weight and
+    bias, default or given eps."""
+    dtype = d.principal(SPECS[op].dtypes)
+    shape = d.shape(low=1)
+    x = d.tensor(shape, dtype, specials="finite-range")
+    count = d.rng.randint(1, min(3, len(shape)))
+    normalized = shape[len(shape) - count :]
+    if d.chance(0.03):
+        normalized = (*normalized[:-1], normalized[-1] + 1)  # torch raises
+    given = tuple(normalized) if d.chance(0.7) else list(normalized)  # torch takes no int
+    vectors = [
+        d.tensor(normalized, dtype, specials="finite-range") if d.chance(0.6) else None
+        for _ in range(1 if op == "rms_norm" else 2)
+    ]
+    eps = d.pick((None, None, 1e-5, 1e-6, 0.1, 0.0)) if op == "rms_norm" else None
+    if op == "layer_norm":
+        eps = d.pick((1e-5, 1e-5, 1e-6, 0.1))
+    return (x, given, *vectors), {} if eps is None else {"eps": eps}
+
+
+# ---- products ---------------------------------------------------------------------
+
+
+def _matrix(d, shape, dtype):
+    return d.tensor(shape, dtype, specials="finite-range")
+
+
+def _precision(d, dtype):
+    if dtype == torch.float32 and d.chance(0.3):
+        d.precision = "high"  # TF32, on both sides
+
+
+def _mm(d, op):
+    dtype = d.principal(SPECS[op].dtypes)
+    batch = (d.rng.randint(0, 5),) if op == "bmm" else ()
+    m, k, n = d.size(long=False), d.size(), d.size(long=False)
+    a = _matrix(d, (*batch, m, k), dtype)
+    b = _matrix(d, (*batch, k + (d.chance(0.03)), n), dtype)
+    _precision(d, dtype)
+    return (a, b), _out(d, [a, b], (*batch, m, n), dtype, in_place=False)
+
+
+def _addmm(d, op):
+    dtype = d.principal(SPECS[op].dtypes)
+    m, k, n = d.size(long=False), d.size(), d.size(long=False)
+    bias = d.pick(((m, n), (n,), (1, n), (m, 1), (), (1, 1)))
+    inputs = [_matrix(d, shape, dtype) for shape in (bias, (m, k), (k, n))]
+    kwargs = {}
+    if d.chance(0.5):
+        kwargs["beta"] = d.pick((0, 0.5, -1, 2, 1.0))
+    if d.chance(0.5):
+        kwargs["alpha"] = d.pick((0.5, -1, 2, 1.0))
+    _precision(d, dtype)
+    return tuple(inputs), kwargs | _out(d, inputs, (m, n), dtype, in_place=False)
+
+
+def _matmul(d, op):
+    """Vectors, matrices and batches of them, with broadcast batch dims."""
+    dtype = d.principal(SPECS[op].dtypes)
+    m, k, n = d.size(long=False), d.size(), d.size(long=False)
+    left, right = d.pick((1, 2, 2, 3, 4)), d.pick((1, 2, 2, 3, 4))
+    batch = tuple(min(size, 6) for size in d.shape(low=0, high=2))
+    if batch:
+        k = min(k, 256)  # a long K in batches: over a million elements
+    partner = d.broadcast(batch)
+    a_shape = (k,) if left == 1 else (*_trailing(batch, left - 2), m, k)
+    b_shape = (k,) if right == 1 else (*_trailing(partner, right - 2), k, n)
+    if d.chance(0.03):
+        a_shape = ()  # torch raises
+    a, b = _matrix(d, a_shape, dtype), _matrix(d, b_shape, dtype)
+    try:
+        meta = [torch.empty(shape, device="meta") for shape in (a_shape, b_shape)]
+        result = torch.matmul(*meta)
+    except RuntimeError:
+        return (a, b), {}
+    _precision(d, dtype)
+    return (a, b), _out(d, [a, b], result.shape, dtype, in_place=False)
+
+
+def _trailing(shape, count):
+    return shape[max(len(shape) - count, 0) :]
+
+
+def _product_atol(args, kwargs, precision):
+    """|ours - torch| <= atol + rtol |torch|: with fp32 accumulation over K terms each
+    side errs by at most K u (|a| @ |b|), u = 2^-24; TF32 inputs (rounded by Triton,
+    truncated by cuBLAS: 2^-10 each at worst) add up to 2^-8 (|a| @ |b|) more."""
+    *bias, a, b = args
+    if not a.dtype.is_floating_point:
+        return 0  # compared exactly
+    k = a.shape[-1]
+    per_term = 2 * k * 2**-24 + (2**-8 if precision != "highest" else 0)
+    magnitude = torch.matmul(a.abs().double(), b.abs().double()) * abs(kwargs.get("alpha", 1))
+    if bias and kwargs.get("beta", 1) != 0:
+        magnitude = magnitude + abs(kwargs.get("beta", 1)) * bias[0].abs().double()
+        per_term += 2**-24
+    return 1.5 * per_term * magnitude + torch.finfo(a.dtype).smallest_normal
+
+
+# ---- attention --------------------------------------------------------------------
+
+HEAD_DIMS = (64, 96, 128, 256)
+
+
+class CausalVariant(enum.IntEnum):
+    """torch.nn.attention.bias.CausalVariant's numbers (importing it imports dynamo:
+    1.4 s more for each worker)."""
+
+    UPPER_LEFT = 1
+    LOWER_RIGHT = 2
+
+
+def _attention(d, op):
+    dtype = d.principal(SPECS[op].dtypes)
+    batch, heads_kv, group = d.rng.randint(1, 3), d.rng.randint(1, 4), d.pick((1, 1, 2, 4))
+    seq_q, seq_kv = d.rng.randint(1, 70), d.rng.randint(1, 70)
+    head_dim = d.pick(HEAD_DIMS) if d.chance(0.95) else d.pick((32, 80))
+    if head_dim not in HEAD_DIMS:
+        d.out_of_space(f"head_dim {head_dim}")
+
+    def qkv(heads, seq):
+        return d.tensor((batch, heads, seq, head_dim), dtype, specials=None, scale=1.0)
+
+    query = qkv(heads_kv * group, seq_q)
+    args, kwargs = [query], {}
+    if group > 1 or d.chance(0.3):
+        kwargs["enable_gqa"] = True
+    if d.chance(0.2):
+        args += _cache(d, kwargs, (batch, heads_kv, seq_kv, head_dim), dtype)
+    else:
+        args += [qkv(heads_kv, seq_kv), qkv(heads_kv, seq_kv)]
+    mask = d.pick(("none", "none", "causal", "bool", "float"))
+    if mask == "causal":
+        kwargs["is_causal"] = True
+        if seq_q <= seq_kv and d.chance(0.5):
+            kwargs["causal_variant"] = CausalVariant.LOWER_RIGHT
+    elif mask != "none":
+        kwargs["attn_mask"] = _mask(d, (batch, heads_kv * group, seq_q, seq_kv), mask, dtype)
+    if d.chance(0.3):
+        kwargs["scale"] = d.pick((0.05, 0.125, 0.3, 1.0))
+    return tuple(args), kwargs
+
+
+def _cache(d, kwargs, shape, dtype):
+    """KV caches with room past `shape`'s positions, new entries and their slots: the
+    caches' last positions (where the kernel writes them) or others (copied first).
+    Returns the attended (key, value): views of the caches."""
+    batch, heads, seq, head_dim = shape
+    new = d.rng.randint(1, min(seq, 20))
+    position = seq - new if d.chance(0.7) else d.rng.randint(0, seq - new)
+    entries = (batch, heads, new, head_dim)
+    attended = []
+    for name in ("key", "value"):
+        room = (batch, heads, seq + d.rng.randint(0, 9), head_dim)
+        cache = d.tensor(room, dtype, layout="plain", specials=None, scale=1.0, exotic=False)
+        attended.append(d.view_of(cache, [("slice", 2, 0, seq, 1)], shape))
+        slot = [("slice", 2, position, position + new, 1)]
+        kwargs[f"present_{name}_slot"] = d.view_of(cache, slot, entries)
+        kwargs[f"present_{name}"] = d.tensor(entries, dtype, specials=None, scale=1.0)
+    d.note(f"a KV cache: {new} new entries at position {position} of {seq}")
+    return attended
+
+
+def _mask(d, full, kind, dtype):
+    """A bool or float mask that broadcasts to `full`, every row keeping a key."""
+    shape = [size if d.chance(0.5) else 1 for size in full]
+    shape[-1] = full[-1]
+    shape = shape[d.pick((0, 0, 1, 2)) :]
+    keep = torch.rand(shape, generator=d.generator) < 0.7
+    keep[..., d.rng.randrange(full[-1])] = True
+    if kind == "bool" or not dtype.is_floating_point:
+        return d.tensor(shape, torch.bool, values=keep, exotic=False)
+    bias = d.values(shape, dtype, scale=1.0, specials=None)
+    bias = bias.masked_fill(~keep, -math.inf)
+    return d.tensor(shape, dtype, values=bias, exotic=False)
+
+
+def _attention_atol(args, kwargs, precision):
+    """Outputs are weighted means of value rows: errors scale with the largest."""
+    query, _, value = args
+    values = [value, kwargs.get("present_value", value)]
+    largest = torch.stack([v.abs().double().amax() for v in values]).amax()
+    return {torch.float16: 1e-2, torch.bfloat16: 2e-2}.get(query.dtype, 1e-4) * largest
+
+
+def scaled_dot_product_attention(
+    query, key, value, attn_mask=None, dropout_p=0, is_causal=False, scale=None,
+    enable_gqa=False, causal_variant=None, present_key=None, present_value=None,
+    present_key_slot=None, present_value_slot=None,
+):  # fmt: skip
+    """torch's attention after writing the new KV-cache entries into their slots;
+    LOWER_RIGHT as the mask torch.nn.attention.bias.causal_lower_right stands for."""
+    for present, slot in ((present_key, present_key_slot), (present_value, present_value_slot)):
+        if present is not None:
+            slot.copy_(present)
+    if is_causal and causal_variant == CausalVariant.LOWER_RIGHT:
+        seq_q, seq_kv = query.shape[-2], key.shape[-2]
+        ones = torch.ones(seq_q, seq_kv, dtype=torch.bool, device=query.device)
+        attn_mask, is_causal = ones.tril(seq_kv - seq_q), False
+    return F.scaled_dot_product_attention(
+        query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa
+    )
+
+
+# ---- rotary position embedding ------------------------------------------------------
+
+
+def _rope(d, op):
+    dtype = d.principal(SPECS[op].dtypes)
+    batch, seq, heads = d.rng.randint(1, 3), d.rng.randint(1, 40), d.rng.randint(1, 8)
+    head_dim = d.pick((2, 6, 64, 128, 2 * d.rng.randint(1, 64)))
+    if d.chance(0.03):
+        head_dim += 1  # odd: refused, as the reference does
+    x = d.tensor((batch, seq, heads, head_dim), dtype, specials="finite-range")
+    rows = seq + 1 if d.chance(0.03) else seq  # torch-side refusal too
+    tables = [d.tensor((rows, head_dim // 2), dtype, specials="finite-range") for _ in "sc"]
+    kwargs = {}
+    if d.chance(0.5):
+        kwargs["interleaved"] = d.chance(0.5)
+    if d.chance(0.3):
+        kwargs["inplace"] = True
+        d.note("inplace=True")
+    return (x, *tables), kwargs
+
+
+def rotary_position_embedding(input, sin_table, cos_table, interleaved=True, inplace=False):
+    """ntops_prebuilt's rotation (torch has none): pairs (x[2i], x[2i + 1]) if
+    interleaved, else (x[i], x[i + head_dim / 2]), rotated in fp32, rounded once."""
+    if input.ndim != 4 or input.shape[-1] % 2:
+        raise ValueError(f"rotary_position_embedding: input {list(input.shape)} is not 4-D even")
+    half = input.shape[-1] // 2
+    for table in (sin_table, cos_table):
+        if tuple(table.shape) != (input.shape[1], half):
+            raise ValueError(f"rotary_position_embedding: a table is {list(table.shape)}")
+    x = input.float()
+    x0, x1 = (x[..., 0::2], x[..., 1::2]) if interleaved else (x[..., :half], x[..., half:])
+    sin, cos = (table.float()[None, :, None, :] for table in (sin_table, cos_table))
+    y0, y1 = x0 * cos - x1 * sin, x0 * sin + x1 * cos
+    out = torch.stack((y0, y1), -1).flatten(-2) if interleaved else torch.cat((y0, y1), -1)
+    return input.copy_(out) if inplace else out.to(input.dtype)
+
+
+def silu_mul(input, other, *, out=None):
+    """silu(input) * other, refusing an out= that partly overlaps input as torch's
+    own element-wise ops do (torch.mul sees only silu's fresh result)."""
+    if out is not None and _partial_overlap(out, input):
+        raise RuntimeError("silu_mul: out= partly overlaps input (as torch refuses)")
+    return torch.mul(F.silu(input), other, out=out)
+
+
+def _partial_overlap(a, b):
+    """torch's get_overlap_status(a, b) == PARTIAL, for dense tensors (it cannot tell
+    for others, and lets them be)."""
+    if a is b or not a.numel() or not b.numel() or a.device != b.device:
+        return False
+    if isinstance(a, FakeTensor) or isinstance(b, FakeTensor):
+        return False
+    if not (is_dense(a) and is_dense(b)):
+        return False
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+    a0, b0 = a.data_ptr(), b.data_ptr()
+    a1, b1 = a0 + a.numel() * a.element_size(), b0 + b.numel() * b.element_size()
+    if (a0, a1) == (b0, b1):
+        return a.stride() != b.stride()
+    return a0 < b1 and b0 < a1
+
+
+# ---- the registry -------------------------------------------------------------------
+
+COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
+FLOAT_UNARY = ("abs", "neg", "exp", "rsqrt", "sin", "cos", "sigmoid", "tanh")
+ORDERED = FLOATS + INTEGERS + BOOL
+BITS = INTEGERS + BOOL
+
+SPECS = {
+    **{op: Spec(_unary, getattr(torch, op), FLOATS) for op in FLOAT_UNARY},
+    "bitwise_not": Spec(_unary, torch.bitwise_not, BITS),
+    "isnan": Spec(_predicate, torch.isnan, FLOATS),
+    "isinf": Spec(_predicate, torch.isinf, FLOATS),
+    "relu": Spec(_activation, F.relu, FLOATS),
+    "silu": Spec(_activation, F.silu, FLOATS),
+    "gelu": Spec(_gelu, F.gelu, FLOATS),
+    **{op: Spec(_binary, getattr(torch, op), FLOATS) for op in ("add", "sub", "mul", "div")},
+    "pow": Spec(_binary, torch.pow, FLOATS),
+    "silu_mul": Spec(_binary, silu_mul, FLOATS),
+    **{op: Spec(_binary, getattr(torch, op), ORDERED) for op in COMPARISONS},
+    "bitwise_and": Spec(_binary, torch.bitwise_and, BITS),
+    "bitwise_or": Spec(_binary, torch.bitwise_or, BITS),
+    "clamp": Spec(_clamp, torch.clamp, FLOATS),
+    "dropout": Spec(_dropout, F.dropout, FLOATS, check="dropout"),
+    "softmax": Spec(_softmax, torch.softmax, FLOATS),
+    "rms_norm": Spec(_norm, F.rms_norm, FLOATS),
+    "layer_norm": Spec(_norm, F.layer_norm, FLOATS),
+    "mm": Spec(_mm, torch.mm, FLOATS, atol=_product_atol),
+    "bmm": Spec(_mm, torch.bmm, FLOATS, atol=_product_atol),
+    "addmm": Spec(_addmm, torch.addmm, FLOATS, atol=_product_atol),
+    "matmul": Spec(
+        _matmul, torch.matmul, FLOATS, kernel="mm", atol=_product_atol, names=("mm", "bmm")
+    ),
+    "scaled_dot_product_attention": Spec(
+        _attention, scaled_dot_product_attention, FLOATS, atol=_attention_atol
+    ),
+    "rotary_position_embedding": Spec(_rope, rotary_position_embedding, FLOATS),
+}
+REFERENCE = types.SimpleNamespace(**{op: spec.reference for op, spec in SPECS.items()})
+
+
+def op_of(index, ops):
+    """The op of case `index`: they take turns, so any len(ops) cases in a row test all."""
+    return sorted(ops)[index % len(ops)]
+
+
+def make_case(seed, index, ops=None):
+    """Case `index` of `seed` over `ops` (default: all): its op's turn, called as drawn
+    from ("seed-index") alone."""
+    op = op_of(index, ops or SPECS)
+    draw = Draw(seed, index)
+    args, kwargs = SPECS[op].draw(draw, op)
+    return draw.case(seed, index, op, args, kwargs)
