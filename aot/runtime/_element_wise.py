@@ -154,9 +154,19 @@ _CLAMP = _C.group("clamp")
 
 
 def clamp(input, min=None, max=None):
-    """torch.clamp with numbers as bounds; NaN stays NaN."""
+    """torch.clamp with numbers as bounds; NaN stays NaN (and NaN bounds act as
+    on CUDA: both given, every element NaN; one alone, ignored)."""
     if min is None and max is None:
         raise ValueError("clamp: at least one of min and max must be given")
+    # As torch on CUDA: with both bounds given a NaN one makes every element NaN (the
+    # kernel's rule); a lone NaN bound is ignored.
+    both = min is not None and max is not None
+    if not both and check.is_scalar(min if max is None else max):
+        lone = min if max is None else max
+        if isinstance(lone, _Tensor):
+            lone = lone.item()
+        if isinstance(lone, float) and math.isnan(lone):
+            return _launch(_CLAMP, input, -math.inf, math.inf, None)
     bounds = []
     for name, bound, missing in (("min", min, -math.inf), ("max", max, math.inf)):
         if bound is None:
@@ -198,7 +208,7 @@ def dropout(input, p=0.5, training=True, inplace=False):
     check.tensor("dropout", "input", input)
     if not 0 <= p <= 1:
         raise ValueError(f"dropout: p must be between 0 and 1, not {p}")
-    if not training or p == 0:
+    if not training or p == 0 or input.numel() == 0:
         return input
     if not input.is_cuda:
         raise TypeError("dropout: expected a CUDA tensor; move it with .cuda()")

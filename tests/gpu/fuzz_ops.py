@@ -373,9 +373,26 @@ def scaled_dot_product_attention(
         seq_q, seq_kv = query.shape[-2], key.shape[-2]
         ones = torch.ones(seq_q, seq_kv, dtype=torch.bool, device=query.device)
         attn_mask, is_causal = ones.tril(seq_kv - seq_q), False
-    return F.scaled_dot_product_attention(
-        query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa
-    )
+    # torch's math backend: its fused backends are not references (cuDNN returned NaN
+    # for keys expanded along the sequence, H100, torch 2.11).
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        return F.scaled_dot_product_attention(
+            query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa
+        )
+
+
+def matmul(input, other, *, out=None):
+    """torch.matmul; where its out= path cannot fold a strided `out` (it raises a size
+    mismatch for some views), the product copied into `out`, as torch's semantics are."""
+    try:
+        return torch.matmul(input, other, out=out)
+    except RuntimeError:
+        if out is None:
+            raise
+        result = torch.matmul(input, other)
+        if result.shape != out.shape or result.dtype != out.dtype:
+            raise
+        return out.copy_(result)
 
 
 # ---- rotary position embedding ------------------------------------------------------
@@ -471,9 +488,7 @@ SPECS = {
     "mm": Spec(_mm, torch.mm, FLOATS, atol=_product_atol),
     "bmm": Spec(_mm, torch.bmm, FLOATS, atol=_product_atol),
     "addmm": Spec(_addmm, torch.addmm, FLOATS, atol=_product_atol),
-    "matmul": Spec(
-        _matmul, torch.matmul, FLOATS, kernel="mm", atol=_product_atol, names=("mm", "bmm")
-    ),
+    "matmul": Spec(_matmul, matmul, FLOATS, kernel="mm", atol=_product_atol, names=("mm", "bmm")),
     "scaled_dot_product_attention": Spec(
         _attention, scaled_dot_product_attention, FLOATS, atol=_attention_atol
     ),

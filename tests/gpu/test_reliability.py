@@ -36,8 +36,13 @@ def test_negative_views_are_read_as_their_values(nt):
     imag = z.conj().imag  # a real tensor with the neg bit set
     assert imag.is_neg()
     torch.testing.assert_close(nt.mul(imag, 2.0), imag * 2.0)
-    with pytest.raises(ValueError, match="add: output is a negative view"):
-        nt.add(x, y, out=torch._neg_view(torch.empty_like(x)))
+    out = torch.empty_like(x)
+    got = nt.add(x, y, out=torch._neg_view(out))  # written through a copy
+    assert got.is_neg()
+    torch.testing.assert_close(out, -(x + y))
+    flags = torch.empty(33, 65, dtype=torch.int16, device="cuda")
+    assert nt.gt(x, y, out=flags) is flags  # bools cast into out=, as torch casts them
+    assert torch.equal(flags, (x > y).to(torch.int16))
 
 
 def test_outputs_inputs_are_broadcast_from_are_refused_as_torch_refuses_them(nt):
@@ -92,6 +97,10 @@ def test_calls_that_differed_from_torch(nt):
     got = nt.add(randn(7, 0, 31), randn(0, 31))
     assert got.shape == (7, 0, 31)
     assert nt.mul(randn(3, 0, 5, dtype=H), 2.0).shape == (3, 0, 5)
+    empty = torch.empty(0, 10, dtype=torch.int16, device="cuda")
+    with pytest.raises(nt.NotBuiltError, match="exp"):  # refused as a full int16 tensor is
+        nt.exp(empty)
+    assert nt.dropout(empty.half(), p=1.0) is not None
 
     x = randn(4, 6, 8, 10).permute(0, 2, 3, 1)  # rows that do not merge
     for dim in (1, 2, -1):
@@ -113,7 +122,8 @@ def test_calls_that_differed_from_torch(nt):
 
     x = randn(100)
     x[3] = float("nan")
-    for low, high in ((float("nan"), 1.0), (-1.0, float("nan")), (0.5, -0.5), (-0.5, None)):
+    cases = ((float("nan"), 1.0), (-1.0, float("nan")), (0.5, -0.5), (-0.5, None))
+    for low, high in (*cases, (float("nan"), None), (None, float("nan"))):
         expected = torch.clamp(x, low, high)
         torch.testing.assert_close(nt.clamp(x, low, high), expected, equal_nan=True)
 
