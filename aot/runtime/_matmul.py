@@ -143,6 +143,8 @@ def matmul(input, other, *, out=None):
     if out is None:
         return result
     check.tensor("matmul", "out", out)
+    if out.dtype != result.dtype:
+        raise TypeError(f"matmul: out is {out.dtype}, the product {result.dtype}")
     if out.shape != result.shape:
         raise ValueError(
             f"matmul: out has shape {list(out.shape)}, the product is {list(result.shape)}"

@@ -27,6 +27,7 @@ def softmax(input, dim, dtype=None):
         input = input.to(dtype)
     ndim = input.ndim
     if ndim == 0:
+        check.dim("softmax", dim, 1)  # a 0-dim tensor takes dims 0 and -1, as in torch
         return _launch(_SOFTMAX, input.reshape(1), None).reshape(())
     dim = check.dim("softmax", dim, ndim)
     if dim == ndim - 1:

@@ -117,6 +117,9 @@ def test_calls_that_differed_from_torch(nt):
         assert got.dtype == expected.dtype == torch.float32, op
         torch.testing.assert_close(got, expected)
 
+    tiny = torch.tensor([1e-39, 3e-42, 1.2e-38, 0.0, 4.0], device="cuda")  # subnormals
+    torch.testing.assert_close(nt.rsqrt(tiny), torch.rsqrt(tiny))
+
     got = nt.matmul(randn(2, 3, 0), randn(0, 4))
     torch.testing.assert_close(got, torch.zeros(2, 3, 4, device="cuda"))
 

@@ -182,6 +182,9 @@ def test_outputs_are_allocated_in_the_dtype_the_kernel_writes(plan):
     out = torch.empty_like(x)
     chosen = plan("eq-other=tensor", 90, x, x, out)
     assert chosen["params"][-1] != out.data_ptr()
+    plan("eq-other=tensor", 90, out, row, out)  # into its own input: torch allows it
+    with pytest.raises(ValueError, match="overlap in memory"):  # partly: torch refuses
+        plan("eq-other=tensor", 90, out, out[:1], out)
 
 
 def test_empty_outputs_launch_nothing(plan):

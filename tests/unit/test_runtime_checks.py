@@ -70,6 +70,16 @@ def test_row_functions_copy_layouts_the_wheel_has_no_kernels_for(installed, monk
         installed.softmax(contiguous, -1)
 
 
+def test_dims_and_dtypes_torch_refuses(installed, launches):
+    with pytest.raises(IndexError, match="softmax: dim 1 is out of range"):
+        installed.softmax(torch.tensor(1.0, dtype=H), 1)
+    installed.softmax(torch.tensor(1.0, dtype=H), -1)
+    with pytest.raises(TypeError, match=r"matmul: out is torch\.uint8"):
+        installed.matmul(
+            torch.randn(2, 3, 4), torch.randn(4), out=torch.empty(2, 3, dtype=torch.uint8)
+        )
+
+
 def test_addmm_into_its_own_input(installed, launches):
     out, a, b = torch.randn(8, 16), torch.randn(8, 4), torch.randn(4, 16)
     with pytest.raises(ValueError, match="addmm: input and out overlap"):
