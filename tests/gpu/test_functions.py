@@ -154,12 +154,10 @@ def test_comparisons(nt, name, dtype):
         assert torch.equal(function(view, view.clone()), reference(view, view))
     out = torch.empty(ODD, dtype=torch.bool, device="cuda")
     assert function(x, y, out=out) is out
-    with pytest.raises(TypeError, match=r"torch\.bool"):
-        function(
-            x,
-            y,
-            out=torch.empty_like(x) if dtype != torch.bool else torch.empty(ODD, device="cuda"),
-        )
+    # An out= of another dtype gets the bools cast, as torch casts them.
+    other_out = torch.empty_like(x) if dtype != torch.bool else torch.empty(ODD, device="cuda")
+    assert function(x, y, out=other_out) is other_out
+    assert torch.equal(other_out, reference(x, y).to(other_out.dtype))
 
 
 def test_promotion_is_refused_clearly(nt):
