@@ -12,6 +12,8 @@ def captured(step):
         step()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    # Captured on a stream of the current device: torch's default capture stream is
+    # made once, on whichever device was current at the first capture.
+    with torch.cuda.graph(graph, stream=side):
         outputs = step()
     return graph, outputs
