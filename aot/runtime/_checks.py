@@ -39,20 +39,21 @@ def is_scalar(value):
     return value.ndim == 0 and value.device.type == "cpu"
 
 
-def promoted(input, other):
-    """`input`, converted where torch would promote it: a 0-dim tensor meeting a CPU
-    0-dim tensor is promoted with it as with any tensor (0-dim fp16 and 0-dim fp32
-    give fp32), where a Python number would leave input's dtype."""
+def scalar_operand(op, name, input, value):
+    """(input, value as a number) for a scalar-path call (`is_scalar(value)`). A 0-dim
+    input meeting a CPU 0-dim tensor is first promoted with it, as torch promotes two
+    tensors (0-dim fp16 and 0-dim fp32 give fp32), where a Python number would leave
+    input's dtype."""
     if (
-        isinstance(other, torch.Tensor)
+        isinstance(value, torch.Tensor)
         and isinstance(input, torch.Tensor)
         and input.ndim == 0
-        and other.ndim == 0
+        and value.ndim == 0
     ):
-        dtype = torch.result_type(input, other)
+        dtype = torch.result_type(input, value)
         if dtype != input.dtype:
-            return input.to(dtype)
-    return input
+            input = input.to(dtype)
+    return input, scalar(op, name, value, input)
 
 
 def scalar(op, name, value, input):

@@ -85,8 +85,8 @@ def add(input, other, *, alpha=1, out=None):
     if type(other) is _Tensor and other.ndim:  # the common case first: no other checks
         return _launch(_ADD_TENSOR, input, other, alpha, out)
     if check.is_scalar(other):
-        input = check.promoted(input, other)
-        return _launch(_ADD_SCALAR, input, check.scalar("add", "other", other, input), alpha, out)
+        input, value = check.scalar_operand("add", "other", input, other)
+        return _launch(_ADD_SCALAR, input, value, alpha, out)
     return _launch(_ADD_TENSOR, input, other, alpha, out)
 
 
@@ -98,10 +98,8 @@ def sub(input, other, *, alpha=1, out=None):
             "to invert a mask, use the ~ operator or torch.logical_not()"
         )
     if check.is_scalar(other):
-        input = check.promoted(input, other)
-        return _launch(
-            _SUB["scalar"], input, check.scalar("sub", "other", other, input), alpha, out
-        )
+        input, value = check.scalar_operand("sub", "other", input, other)
+        return _launch(_SUB["scalar"], input, value, alpha, out)
     return _launch(_SUB["tensor"], input, other, alpha, out)
 
 
@@ -112,8 +110,8 @@ def _is_bool(value):
 def mul(input, other, *, out=None):
     """input * other, broadcasting like torch.mul; other may be a number."""
     if check.is_scalar(other):
-        input = check.promoted(input, other)
-        return _launch(_MUL["scalar"], input, check.scalar("mul", "other", other, input), out)
+        input, value = check.scalar_operand("mul", "other", input, other)
+        return _launch(_MUL["scalar"], input, value, out)
     return _launch(_MUL["tensor"], input, other, out)
 
 
@@ -132,8 +130,7 @@ def div(input, other, *, rounding_mode=None, out=None):
             f"div: rounding_mode must be None, 'trunc' or 'floor', not {rounding_mode!r}"
         )
     if check.is_scalar(other):
-        input = check.promoted(input, other)
-        value = check.scalar("div", "other", other, input)
+        input, value = check.scalar_operand("div", "other", input, other)
         return _launch(_DIV[mode, "scalar"], input, value, out)
     return _launch(_DIV[mode, "tensor"], input, other, out)
 
@@ -144,8 +141,7 @@ _POW = check.groups("pow", "exponent", ("tensor", "scalar"))
 def pow(input, exponent, *, out=None):
     """input ** exponent (torch.pow); exponent a tensor or a number."""
     if check.is_scalar(exponent):
-        input = check.promoted(input, exponent)
-        value = check.scalar("pow", "exponent", exponent, input)
+        input, value = check.scalar_operand("pow", "exponent", input, exponent)
         return _launch(_POW["scalar"], input, value, out)
     return _launch(_POW["tensor"], input, exponent, out)
 
@@ -160,13 +156,9 @@ def clamp(input, min=None, max=None):
         raise ValueError("clamp: at least one of min and max must be given")
     # As torch on CUDA: with both bounds given a NaN one makes every element NaN (the
     # kernel's rule); a lone NaN bound is ignored.
-    both = min is not None and max is not None
-    if not both and check.is_scalar(min if max is None else max):
-        lone = min if max is None else max
-        if isinstance(lone, _Tensor):
-            lone = lone.item()
-        if isinstance(lone, float) and math.isnan(lone):
-            return _launch(_CLAMP, input, -math.inf, math.inf, None)
+    lone = max if min is None else min if max is None else None
+    if isinstance(lone, (float, _Tensor)) and check.is_scalar(lone) and math.isnan(lone):
+        return _launch(_CLAMP, input, -math.inf, math.inf, None)
     bounds = []
     for name, bound, missing in (("min", min, -math.inf), ("max", max, math.inf)):
         if bound is None:
@@ -183,8 +175,7 @@ def _binary(name):
 
     def function(input, other, *, out=None):
         if check.is_scalar(other):
-            input = check.promoted(input, other)
-            value = check.scalar(name, "other", other, input)
+            input, value = check.scalar_operand(name, "other", input, other)
             return _launch(groups["scalar"], input, value, out)
         return _launch(groups["tensor"], input, other, out)
 

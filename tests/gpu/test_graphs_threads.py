@@ -1,10 +1,9 @@
 """Launches captured into CUDA graphs and replayed, and many threads launching at once."""
 
-import threading
-
 import torch
 
 from tests.gpu.graphs import captured
+from tests.gpu.threads import on_streams
 
 
 def test_cuda_graph_capture_and_replay(nt):
@@ -36,30 +35,15 @@ def test_cuda_graph_capture_and_replay(nt):
 
 
 def test_eight_threads_launch_at_once(nt):
-    errors = []
-    start = threading.Barrier(8)
-
     def work(seed):
-        try:
-            generator = torch.Generator(device="cuda").manual_seed(seed)
-            stream = torch.cuda.Stream()
-            with torch.cuda.stream(stream):
-                start.wait()
-                for _ in range(50):
-                    x = torch.randn(1000 + seed, device="cuda", generator=generator)
-                    y = torch.randn(1000 + seed, device="cuda", generator=generator)
-                    got = nt.softmax(nt.add(nt.mul(x, y), x), 0)
-                    torch.testing.assert_close(got, torch.softmax(x * y + x, 0))
-            stream.synchronize()
-        except Exception as error:  # reported by the main thread
-            errors.append(error)
+        generator = torch.Generator(device="cuda").manual_seed(seed)
+        for _ in range(50):
+            x = torch.randn(1000 + seed, device="cuda", generator=generator)
+            y = torch.randn(1000 + seed, device="cuda", generator=generator)
+            got = nt.softmax(nt.add(nt.mul(x, y), x), 0)
+            torch.testing.assert_close(got, torch.softmax(x * y + x, 0))
 
-    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors, errors
+    on_streams(work)
 
 
 def test_split_attention_replays_in_a_graph(nt):
@@ -129,32 +113,19 @@ def test_eight_threads_ten_thousand_random_launches_each(nt):
 
     launches = 10_000
     tolerance = {torch.float16: 1e-2, torch.bfloat16: 5e-2, torch.float32: 1e-3}
-    errors, worst = [], [None] * 8
-    start = threading.Barrier(8)
+    worst = [None] * 8
 
     def work(seed):
-        try:
-            rng = random.Random(seed)
-            stream = torch.cuda.Stream()
-            excess = []
-            with torch.cuda.stream(stream):
-                start.wait()
-                for _ in range(launches):
-                    dtype = rng.choice(tuple(tolerance))
-                    got, want = _random_launch(nt, rng, dtype)
-                    bound = tolerance[dtype] * (1 + want.float().abs())
-                    excess.append(((got.float() - want.float()).abs() - bound).amax())
-                worst[seed] = torch.stack(excess)
-            stream.synchronize()
-        except Exception as error:  # reported by the main thread
-            errors.append(error)
+        rng = random.Random(seed)
+        excess = []
+        for _ in range(launches):
+            dtype = rng.choice(tuple(tolerance))
+            got, want = _random_launch(nt, rng, dtype)
+            bound = tolerance[dtype] * (1 + want.float().abs())
+            excess.append(((got.float() - want.float()).abs() - bound).amax())
+        worst[seed] = torch.stack(excess)
 
-    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors, errors
+    on_streams(work)
     for seed, excess in enumerate(worst):
         assert excess.numel() == launches
         bad = (excess > 0).nonzero().flatten().tolist()

@@ -3,12 +3,11 @@ every row count the launcher tells apart (its buckets), and the launches that ne
 memory of their own (TMA descriptors' scratch, split-K workspaces) under CUDA graph
 capture, on several streams and threads at once."""
 
-import threading
-
 import pytest
 import torch
 
 from tests.gpu.graphs import captured
+from tests.gpu.threads import on_streams
 
 HALF = (torch.float16, torch.bfloat16)
 LIMIT = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
@@ -86,26 +85,12 @@ def test_split_products_on_eight_threads(nt):
     """Split-K launches (each with its own zeroed workspace) from eight threads on eight
     streams: no launch sees another's partial sums."""
     w = torch.randn(1024, 4096, device="cuda", dtype=torch.float16) / 64
-    errors = []
-    start = threading.Barrier(8)
 
     def work(seed):
-        try:
-            generator = torch.Generator(device="cuda").manual_seed(seed)
-            stream = torch.cuda.Stream()
-            with torch.cuda.stream(stream):
-                start.wait()
-                for rows in (100, 200, 1, 60) * 10:
-                    x = torch.randn(rows, 4096, device="cuda", generator=generator).half()
-                    got = nt.mm(x, w.t())
-                    assert relative_error(got, x @ w.t()) < 2e-3, (seed, rows)
-            stream.synchronize()
-        except Exception as error:  # reported by the main thread
-            errors.append(error)
+        generator = torch.Generator(device="cuda").manual_seed(seed)
+        for rows in (100, 200, 1, 60) * 10:
+            x = torch.randn(rows, 4096, device="cuda", generator=generator).half()
+            got = nt.mm(x, w.t())
+            assert relative_error(got, x @ w.t()) < 2e-3, (seed, rows)
 
-    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors, errors
+    on_streams(work)

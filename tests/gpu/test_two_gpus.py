@@ -2,12 +2,11 @@
 that mix devices, threads launching on both at once, a CUDA graph captured on cuda:1
 and preload() per device. Skipped with fewer than two GPUs."""
 
-import threading
-
 import pytest
 import torch
 
 from tests.gpu.graphs import captured
+from tests.gpu.threads import on_streams
 
 
 @pytest.fixture
@@ -47,30 +46,17 @@ def test_calls_that_mix_devices_are_refused_by_name(two):
 
 def test_threads_launch_on_both_gpus_at_once(two):
     nt = two
-    errors = []
-    start = threading.Barrier(8)
+
+    def device(seed):
+        return f"cuda:{seed % 2}"
 
     def work(seed):
-        device = f"cuda:{seed % 2}"
-        try:
-            with torch.cuda.device(device):
-                stream = torch.cuda.Stream()
-            with torch.cuda.stream(stream):
-                start.wait()
-                for step in range(500):
-                    x = torch.randn(1000 + seed + step, device=device)
-                    got = nt.softmax(nt.mul(nt.add(x, x), 0.5), 0)
-                    torch.testing.assert_close(got, torch.softmax(x, 0))
-            stream.synchronize()
-        except Exception as error:  # reported by the main thread
-            errors.append(error)
+        for step in range(500):
+            x = torch.randn(1000 + seed + step, device=device(seed))
+            got = nt.softmax(nt.mul(nt.add(x, x), 0.5), 0)
+            torch.testing.assert_close(got, torch.softmax(x, 0))
 
-    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors, errors
+    on_streams(work, device=device)
 
 
 def test_preload_per_device_and_a_graph_captured_on_the_second_gpu(two):
