@@ -57,11 +57,27 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     if eps is None:
         eps = _EPS
     rows = input if len(shape) == 1 else input.flatten(-len(shape))
+    welford = _welford(input, weight, rows.shape[-1])
     if weight is None:
-        out = _rows(_RMS_NORM["none"], rows, eps)
+        out = _rows(_RMS_NORM["none"], rows, eps, welford)
     else:
-        out = _rows(_RMS_NORM["given"], rows, weight, eps)
+        out = _rows(_RMS_NORM["given"], rows, weight, eps, welford)
     return out if len(shape) == 1 else out.view(input.shape)
+
+
+def _welford(input, weight, n):
+    """1 where torch's CUDA rms_norm would take its Welford kernel, not its vectorized
+    one (rows of a multiple of 4 elements, up to 2^24, with a contiguous input and
+    weight at addresses aligned to 4 elements; torch copies others contiguous first):
+    the two differ on rows holding an infinity, and the kernel follows the one torch
+    runs. See kernels/rms_norm.py."""
+    if n % 4 or n > 1 << 24:
+        return 1
+    alignment = 4 * input.element_size()
+    for tensor in (input, weight):
+        if tensor is not None and tensor.is_contiguous() and tensor.data_ptr() % alignment:
+            return 1
+    return 0
 
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):

@@ -160,12 +160,26 @@ def check_rows(make):
     out = torch.empty_like(x)
     make("softmax", 2)(x, out)
     torch.testing.assert_close(out, torch.softmax(x, -1))
-    make("rms_norm", 2)(x, weight, 1e-6, out)
+    make("rms_norm", 2)(x, weight, 1e-6, 0, out)
     torch.testing.assert_close(out, F.rms_norm(x, (3000,), weight, 1e-6))
     make("layer_norm", 2)(x, weight, bias, 1e-5, out)
     torch.testing.assert_close(out, F.layer_norm(x, (3000,), weight, bias, 1e-5))
     make("layer_norm", 2, weight="none")(x, bias, 1e-5, out)
     torch.testing.assert_close(out, F.layer_norm(x, (3000,), None, bias, 1e-5))
+    # A constant row normalizes to exactly 0, as in torch's Welford kernel: the
+    # rounded mean of these rows is off by an ulp, which eps 1e-12 made ~1e-2.
+    constant = torch.tensor([1.1, 0.123456789, -2.71828, 1000.1, 5.0])[:, None].expand(5, 3000)
+    make("layer_norm", 2, weight="none", bias="none")(constant, 1e-12, out)
+    assert torch.equal(out, torch.zeros_like(out))
+    # A row holding an infinity: torch's vectorized kernel gives 0 for its finite
+    # elements, its Welford kernel NaN for all of them; `welford` picks. Other rows
+    # are the same either way.
+    x[1, 17] = -math.inf
+    finite = [0, 2, 3, 4]
+    for welford in (0, 1):
+        make("rms_norm", 2)(x, weight, 1e-6, welford, out)
+        assert out[1].isnan().all() if welford else out[1].isnan().sum() == 1
+        torch.testing.assert_close(out[finite], F.rms_norm(x[finite], (3000,), weight, 1e-6))
 
 
 def check_matrix_products(make):
