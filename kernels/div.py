@@ -6,6 +6,12 @@ torch computes these differently by operand, and so does this file:
   carried out in the input's dtype, every step rounded to it (so 1 // 0.1 is 9);
 - a Python-number divisor: the input times the divisor's reciprocal, in fp32; "trunc"
   and "floor" round that fp32 value.
+
+libdevice's division and fmod flush subnormal operands to zero where torch's do not
+(701 / 2.9e-39 came out inf, and its floor NaN), so an operand pair holding a
+subnormal is first scaled by 2^64: quotients and floors do not change under a common
+power-of-two scale. Half-precision operands are never subnormal in fp32. A quotient
+below fp32's normal range still comes out as zero (1e-39 / 3 is 0, not 3.3e-40).
 """
 
 import ninetoothed.language as ntl
@@ -25,19 +31,37 @@ arrangement = element_wise.arrangement
 config = element_wise.config
 
 
+# The kernels' code spells numbers out: ninetoothed does not carry module constants
+# into them. 1.1754943508222875e-38 is fp32's smallest normal number; 2^64 scales the
+# smallest subnormal, 2^-149, to a normal one.
+
+
+def unflushing(a, b):
+    """2^64 where fp32 `a` or `b` is subnormal, else 1: the scale both take first."""
+    tiny = 1.1754943508222875e-38
+    small = ((a != 0) & (ntl.abs(a) < tiny)) | ((b != 0) & (ntl.abs(b) < tiny))
+    return ntl.where(small, 18446744073709551616.0, 1.0)
+
+
 def application_none(input, other, output):
     a, b = ntl.cast(input, ntl.float32), ntl.cast(other, ntl.float32)
+    scale = unflushing(a, b)
+    a, b = a * scale, b * scale
     output = libdevice.div_rn(a, b)  # noqa: F841
 
 
 def application_trunc(input, other, output):
     a, b = ntl.cast(input, ntl.float32), ntl.cast(other, ntl.float32)
+    scale = unflushing(a, b)
+    a, b = a * scale, b * scale
     quotient = ntl.cast(ntl.cast(libdevice.div_rn(a, b), input.dtype), ntl.float32)
     output = libdevice.trunc(quotient)  # noqa: F841
 
 
 def application_floor(input, other, output):
-    a, b = ntl.cast(input, ntl.float32), ntl.cast(other, ntl.float32)
+    x, y = ntl.cast(input, ntl.float32), ntl.cast(other, ntl.float32)
+    scale = unflushing(x, y)
+    a, b = x * scale, y * scale
     remainder = ntl.cast(ntl.cast(libdevice.fmod(a, b), input.dtype), ntl.float32)
     difference = ntl.cast(ntl.cast(a - remainder, input.dtype), ntl.float32)
     quotient = ntl.cast(ntl.cast(libdevice.div_rn(difference, b), input.dtype), ntl.float32)
@@ -50,28 +74,46 @@ def application_floor(input, other, output):
     floored = ntl.where(excess > 0.5, floored + 1.0, floored)
     exact = ntl.cast(ntl.cast(libdevice.div_rn(a, b), input.dtype), ntl.float32)
     floored = ntl.where(quotient == 0, libdevice.copysign(0.0, exact), floored)
-    output = ntl.where(b == 0, exact, floored)  # noqa: F841
+    # Scaling made a finite x infinite: a huge numerator over a subnormal divisor,
+    # whose quotient overflows (torch's is inf; fmod(inf, b) would be NaN). `v - v` is
+    # 0 for a finite v and NaN otherwise.
+    huge = (a - a != 0) & (x - x == 0)
+    output = ntl.where((b == 0) | huge, exact, floored)  # noqa: F841
+
+
+def reciprocal(other):
+    """1 / other in fp32, a subnormal `other` included (1 / 2.9e-39 is 3.4e38)."""
+    b = ntl.cast(other, ntl.float32)
+    small = (b != 0) & (ntl.abs(b) < 1.1754943508222875e-38)
+    inverse = libdevice.div_rn(1.0, ntl.where(small, b * 18446744073709551616.0, b))
+    return ntl.where(small, inverse * 18446744073709551616.0, inverse)
 
 
 def application_scalar_none(input, other, output):
-    reciprocal = libdevice.div_rn(1.0, ntl.cast(other, ntl.float32))
-    output = ntl.cast(input, ntl.float32) * reciprocal  # noqa: F841
+    inverse = reciprocal(other)
+    output = ntl.cast(input, ntl.float32) * inverse  # noqa: F841
 
 
 def application_scalar_trunc(input, other, output):
-    reciprocal = libdevice.div_rn(1.0, ntl.cast(other, ntl.float32))
-    output = libdevice.trunc(ntl.cast(input, ntl.float32) * reciprocal)  # noqa: F841
+    inverse = reciprocal(other)
+    output = libdevice.trunc(ntl.cast(input, ntl.float32) * inverse)  # noqa: F841
 
 
 def application_scalar_floor(input, other, output):
-    a, b = ntl.cast(input, ntl.float32), ntl.cast(other, ntl.float32)
+    x, y = ntl.cast(input, ntl.float32), ntl.cast(other, ntl.float32)
+    scale = unflushing(x, y)
+    a, b = x * scale, y * scale
     remainder = libdevice.fmod(a, b)
     quotient = libdevice.div_rn(a - remainder, b)
     quotient = ntl.where((remainder != 0) & ((b < 0) != (remainder < 0)), quotient - 1.0, quotient)
     floored = libdevice.floor(quotient)
     floored = ntl.where(quotient - floored > 0.5, floored + 1.0, floored)
     floored = ntl.where(quotient == 0, libdevice.copysign(0.0, libdevice.div_rn(a, b)), floored)
-    output = ntl.where(b == 0, libdevice.div_rn(a, b), floored)  # noqa: F841
+    # Scaling made a finite x infinite: a huge numerator over a subnormal divisor,
+    # whose quotient overflows (torch's is inf; fmod(inf, b) would be NaN). `v - v` is
+    # 0 for a finite v and NaN otherwise.
+    huge = (a - a != 0) & (x - x == 0)
+    output = ntl.where((b == 0) | huge, libdevice.div_rn(a, b), floored)  # noqa: F841
 
 
 APPLICATIONS = {

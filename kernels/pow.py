@@ -1,5 +1,17 @@
 """pow: input ** exponent (torch.pow), a tensor or a Python scalar exponent; in fp32
-for half types, with libdevice's powf."""
+for half types, with libdevice's powf.
+
+A scalar exponent follows torch's pow_tensor_scalar_kernel: the exponent is rounded to
+the input's dtype first; 0.5, -0.5 and -1 are sqrt, rsqrt and reciprocal; 2, 3 and -2
+are products in the input's dtype, each rounded to it (torch's fp16 x ** -2 is
+1 / fp16(x * x), which for |x| < 0.008 is a subnormal square and several ulps from
+powf's). The exponent is one number, so the branch is uniform: each launch runs one
+of them.
+
+libdevice flushes subnormal operands to zero where torch does not ((2.9e-39) ** -0.52
+came out 7.1e19 for 1.0e20), so a subnormal base is scaled by 2^64 first and the
+result by 2^(-64 * exponent).
+"""
 
 import ninetoothed.language as ntl
 from ninetoothed.language import libdevice
@@ -18,10 +30,44 @@ arrangement = element_wise.arrangement
 config = element_wise.config
 
 
+def power(x, e):
+    """powf(x, e) in fp32, a subnormal x included."""
+    small = (x != 0) & (ntl.abs(x) < 1.1754943508222875e-38)  # subnormal
+    result = libdevice.pow(ntl.where(small, x * 18446744073709551616.0, x), e)
+    return ntl.where(small, result * libdevice.pow(5.421010862427522e-20, e), result)
+
+
 def application(input, exponent, output):
-    base = ntl.cast(input, ntl.float32)
-    output = libdevice.pow(base, ntl.cast(exponent, ntl.float32))  # noqa: F841
+    output = power(ntl.cast(input, ntl.float32), ntl.cast(exponent, ntl.float32))  # noqa: F841
+
+
+def application_scalar(input, exponent, output):
+    # Straight-line branches: ninetoothed's inliner left the temporaries of a helper
+    # called inside an elif where that branch could not see them.
+    x = ntl.cast(input, ntl.float32)
+    e = ntl.cast(ntl.cast(exponent, input.dtype), ntl.float32)
+    if e == 2.0:
+        output = x * x
+    elif e == 3.0:
+        output = ntl.cast(ntl.cast(x * x, input.dtype), ntl.float32) * x
+    elif e == -2.0:
+        square = ntl.cast(ntl.cast(x * x, input.dtype), ntl.float32)
+        small = (square != 0) & (square < 1.1754943508222875e-38)
+        inverse = libdevice.div_rn(1.0, ntl.where(small, square * 18446744073709551616.0, square))
+        output = ntl.where(small, inverse * 18446744073709551616.0, inverse)
+    elif e == -1.0:
+        small = (x != 0) & (ntl.abs(x) < 1.1754943508222875e-38)
+        inverse = libdevice.div_rn(1.0, ntl.where(small, x * 18446744073709551616.0, x))
+        output = ntl.where(small, inverse * 18446744073709551616.0, inverse)
+    elif (e == 0.5) | (e == -0.5):
+        small = (x != 0) & (ntl.abs(x) < 1.1754943508222875e-38)
+        root = libdevice.sqrt_rn(ntl.where(small, x * 18446744073709551616.0, x))
+        root = ntl.where(small, root * 2.3283064365386963e-10, root)
+        output = ntl.where(e > 0, root, libdevice.div_rn(1.0, root))
+    else:
+        output = power(x, e)  # noqa: F841
 
 
 def premake(ndim, dtype, exponent="tensor", block_size=element_wise.BLOCK_SIZE):
-    return element_wise.binary(application, ndim, dtype, exponent, block_size=block_size)
+    application_ = application if exponent == "tensor" else application_scalar
+    return element_wise.binary(application_, ndim, dtype, exponent, block_size=block_size)

@@ -142,6 +142,13 @@ def pow(input, exponent, *, out=None):
     """input ** exponent (torch.pow); exponent a tensor or a number."""
     if check.is_scalar(exponent):
         input, value = check.scalar_operand("pow", "exponent", input, exponent)
+        # torch converts the exponent to the input's dtype, refusing one it overflows
+        floating = isinstance(input, _Tensor) and input.dtype.is_floating_point
+        if floating and math.isfinite(value) and math.fabs(value) > torch.finfo(input.dtype).max:
+            raise RuntimeError(
+                f"pow: exponent {value!r} cannot be converted to {input.dtype} "
+                "without overflow (as torch refuses it)"
+            )
         return _launch(_POW["scalar"], input, value, out)
     return _launch(_POW["tensor"], input, exponent, out)
 
