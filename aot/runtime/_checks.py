@@ -1,6 +1,8 @@
 """Checks the runtime functions share, and the scalar rules of torch's type promotion
 they follow or refuse."""
 
+import functools
+
 import torch
 
 from ntops_prebuilt import _C
@@ -14,9 +16,33 @@ def groups(op, switch, values):
 
 
 def tensor(op, name, value):
-    if not isinstance(value, torch.Tensor):
-        raise TypeError(f"{op}: {name} must be a torch.Tensor, not {type(value).__name__}")
+    """`value`, a torch.Tensor; refusing a subclass that overrides __torch_dispatch__
+    here, before a torch op (a dtype conversion, a copy) turns it into a plain tensor
+    whose values the subclass never vouched for: the launcher refuses it too."""
+    if type(value) is not torch.Tensor:
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"{op}: {name} must be a torch.Tensor, not {type(value).__name__}")
+        if _dispatches(type(value)):
+            raise TypeError(
+                f"{op}: {name} is a {type(value).__name__}, a tensor subclass that overrides "
+                "__torch_dispatch__ (a FakeTensor while torch.compile or torch.export traces, "
+                "a functional or a wrapper tensor): its memory is not its data, and prebuilt "
+                "kernels read memory; call ntops_prebuilt outside tracing, on plain tensors"
+            )
     return value
+
+
+def _function(method):
+    return getattr(method, "__func__", method)
+
+
+_PLAIN_DISPATCH = _function(torch.Tensor.__torch_dispatch__)
+
+
+@functools.cache
+def _dispatches(cls):
+    """Whether tensor type `cls` overrides torch.Tensor's __torch_dispatch__."""
+    return _function(getattr(cls, "__torch_dispatch__", _PLAIN_DISPATCH)) is not _PLAIN_DISPATCH
 
 
 def dim(op, value, ndim):

@@ -106,6 +106,10 @@ def matmul(input, other, *, out=None):
     dims broadcast, and fold into rows when `other` is a matrix or a vector."""
     check.tensor("matmul", "input", input)
     check.tensor("matmul", "other", other)
+    if out is not None and check.tensor("matmul", "out", out).device != input.device:
+        raise RuntimeError(
+            f"matmul: out is on {out.device}, the inputs on {input.device} (as torch refuses)"
+        )
     if input.ndim == 0 or other.ndim == 0:
         raise ValueError("matmul: both arguments need at least one dim")
     inner = other.shape[-2] if other.ndim > 1 else other.shape[0]
@@ -142,7 +146,6 @@ def matmul(input, other, *, out=None):
         result = result.squeeze(-2 if other.ndim > 1 else -1)
     if out is None:
         return result
-    check.tensor("matmul", "out", out)
     if out.dtype != result.dtype:
         raise TypeError(f"matmul: out is {out.dtype}, the product {result.dtype}")
     if out.shape != result.shape:

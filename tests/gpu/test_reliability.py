@@ -131,6 +131,58 @@ def test_calls_that_differed_from_torch(nt):
         torch.testing.assert_close(nt.clamp(x, low, high), expected, equal_nan=True)
 
 
+def exact(got, expected):
+    """Equal to the bit where torch's result is a number, NaN where torch's is NaN."""
+    torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)
+
+
+def test_special_values_the_long_fuzz_run_found(nt):
+    # Subnormal divisors: libdevice flushes them to zero (701 / 2.9e-39 was inf).
+    for dtype in (torch.float32, torch.bfloat16):
+        tiny = torch.tensor([2.9e-39, -2.9e-39, 1e-40, 3.0, 0.0], device="cuda").to(dtype)
+        a = torch.tensor([701.0, -0.16, 0.0, 1e-39, 3e38], device="cuda").to(dtype)
+        a, b = a[:, None].expand(5, 5), tiny[None, :].expand(5, 5)
+        expected = torch.div(a, b)  # a subnormal quotient is flushed to zero
+        exact(nt.div(a, b), torch.where(expected.abs() < 1.2e-38, 0.0, expected).to(dtype))
+        for mode in ("trunc", "floor"):
+            exact(nt.div(a, b, rounding_mode=mode), torch.div(a, b, rounding_mode=mode))
+        for scalar in (2.9e-39, -1e-40):
+            expected = torch.div(a, scalar)
+            torch.testing.assert_close(nt.div(a, scalar), expected, equal_nan=True)
+    # pow: a subnormal base, and torch's own formulas for its special exponents
+    base = torch.tensor([2.9e-39, 1e-40, 0.5, 3.0, 0.0, -0.0, -2.0], device="cuda")
+    e = torch.tensor(-0.519, device="cuda")
+    torch.testing.assert_close(nt.pow(base, e), torch.pow(base, e), equal_nan=True)
+    small = torch.linspace(-0.01, 0.01, 4001, device="cuda", dtype=H)  # subnormal squares
+    for e in (2.0, 3.0, -2.0, -1.0, 0.5, -0.5, 1.7, 2.0001):  # 2.0001 is 2 in fp16
+        if e == -0.5:  # torch's rsqrtf is within 2 ulps
+            torch.testing.assert_close(nt.pow(small, e), torch.pow(small, e), equal_nan=True)
+        else:
+            exact(nt.pow(small, e), torch.pow(small, e))
+        expected = torch.pow(base, e)
+        torch.testing.assert_close(nt.pow(base, e), expected, equal_nan=True)
+    with pytest.raises(RuntimeError, match=r"pow: exponent 100000\.0 cannot be converted"):
+        nt.pow(small, 1e5)
+    # A row holding an infinity: NaN where it is infinite (torch's vectorized kernel,
+    # rows of 4k elements) or NaN throughout (its Welford kernel, the others)
+    for n, nans in ((512, 1), (510, 510)):
+        rows = randn(4, n, dtype=torch.bfloat16)
+        rows[1, 7], rows[3, 0] = float("-inf"), float("inf")
+        expected = F.rms_norm(rows, (n,), eps=1e-6)
+        assert expected[1].isnan().sum() == nans
+        torch.testing.assert_close(nt.rms_norm(rows, (n,), eps=1e-6), expected, equal_nan=True)
+    # A constant row normalizes to exactly 0 (the mean corrected in the second pass);
+    # torch's Welford kernel leaves an ulp of the mean, times rstd, here and there
+    constant = torch.tensor([1.1, 0.123456789, -2.71828, 100.1], device="cuda")
+    constant = constant[:, None].expand(4, 68)
+    got = nt.layer_norm(constant, (68,), eps=0.1)
+    assert torch.equal(got, torch.zeros_like(got))
+    torch.testing.assert_close(got, F.layer_norm(constant, (68,), eps=0.1), atol=1e-4, rtol=0)
+    # silu_mul rounds once: silu(-64) * inf is -inf, where torch's two ops give NaN
+    gate = torch.tensor([-64.125], device="cuda", dtype=H)
+    assert nt.silu_mul(gate, torch.full_like(gate, float("inf"))).item() == float("-inf")
+
+
 def test_unclear_calls_get_errors_that_name_the_op(nt):
     x = randn(4, 8)
     sparse = x.to_sparse()

@@ -24,7 +24,26 @@ def launches(installed, monkeypatch):
 
 def test_rms_norm_without_eps_takes_floats_epsilon_as_torch_does(installed, launches):
     installed.rms_norm(torch.randn(4, 64, dtype=H), (64,))
-    assert launches[-1][1][-2] == torch.finfo(torch.float32).eps
+    _, (_, eps, _, _) = launches[-1]  # (rows, eps, welford, out)
+    assert eps == torch.finfo(torch.float32).eps
+
+
+def test_rms_norm_says_which_of_torchs_kernels_it_follows(installed, launches):
+    """torch's Welford kernel (NaN rows where a row holds an infinity) runs for rows
+    of a length not a multiple of 4 and for misaligned tensors; its vectorized one
+    for the rest, whatever their strides (it copies them contiguous)."""
+    base = torch.randn(8, 66, dtype=H)
+    weight = torch.randn(65, dtype=H)
+    for input, w, welford in (
+        (base[:, :64], None, 0),  # strided: torch copies it
+        (base[:, :64].contiguous(), weight[:64], 0),
+        (base[:, :63], None, 1),
+        (base.view(-1)[2 : 2 + 8 * 64].view(8, 64), None, 1),  # 4 bytes off
+        (base[:, :64].contiguous(), weight[1:], 1),
+        (base.view(-1)[4 : 4 + 8 * 64].view(8, 64), None, 0),  # 8 bytes: aligned
+    ):
+        installed.rms_norm(input, (input.shape[-1],), w)
+        assert launches[-1][1][-2] == welford, (input.stride(), input.storage_offset())
 
 
 def test_a_zero_dim_tensor_meeting_a_cpu_zero_dim_tensor_is_promoted(installed, launches):
@@ -113,3 +132,46 @@ def test_attention_errors_come_before_any_cache_write(installed, launches):
     assert torch.equal(cache_k, before[0])
     assert torch.equal(cache_v, before[1])
     assert not launches
+
+
+class Wrapper(torch.Tensor):
+    """A __torch_dispatch__ wrapper subclass: torch ops run on `inner`."""
+
+    @staticmethod
+    def __new__(cls, inner):
+        return torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype)
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        unwrap = lambda value: value.inner if isinstance(value, Wrapper) else value  # noqa: E731
+        return func(*torch.utils._pytree.tree_map(unwrap, args), **(kwargs or {}))
+
+
+def test_dispatch_subclasses_are_refused_before_a_torch_op_unwraps_them(installed, launches):
+    """softmax(dtype=) converts first: the conversion, run by the subclass, gave a plain
+    tensor the launcher took (and a negative view's values came out as its memory)."""
+    wrapped = Wrapper(torch.randn(8, 16, dtype=H))
+    for call in (
+        lambda: installed.softmax(wrapped, -1, dtype=torch.float32),
+        lambda: installed.rms_norm(wrapped, (16,)),
+        lambda: installed.matmul(wrapped, torch.randn(16, 4, dtype=H)),
+    ):
+        with pytest.raises(TypeError, match=r"\w+: (input|other) is a Wrapper, a tensor subclass"):
+            call()
+    assert launches == []
+    parameter = torch.nn.Parameter(torch.randn(8, 16, dtype=H), requires_grad=False)
+    installed.softmax(parameter, -1)  # a subclass that leaves dispatch alone passes
+    assert launches[-1][1][0] is parameter
+
+
+def test_pow_refuses_an_exponent_the_inputs_dtype_cannot_hold(installed, launches):
+    """torch converts a scalar exponent to the input's dtype, and refuses an overflow."""
+    with pytest.raises(RuntimeError, match=r"pow: exponent 100000\.0 cannot be converted"):
+        installed.pow(torch.randn(4, dtype=H), 1e5)
+    assert launches == []
+    installed.pow(torch.randn(4, dtype=H), float("inf"))  # inf converts
+    installed.pow(torch.randn(4), 1e5)
+    assert [args[1] for _, args in launches] == [float("inf"), 1e5]
