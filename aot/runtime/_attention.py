@@ -9,6 +9,7 @@ import torch
 from ntops_prebuilt import _C
 from ntops_prebuilt import _checks as check
 from ntops_prebuilt._errors import NotBuiltError
+from ntops_prebuilt._library import routed
 
 _launch = _C.launch
 _increment_version = torch._C._increment_version
@@ -142,6 +143,7 @@ def _present(key, value, present_key, present_value, key_slot, value_slot):
     return key, value, 0
 
 
+@routed("scaled_dot_product_attention")
 def scaled_dot_product_attention(
     query,
     key,
@@ -208,6 +210,7 @@ def scaled_dot_product_attention(
     return out
 
 
+@routed("rotary_position_embedding")
 def rotary_position_embedding(input, sin_table, cos_table, interleaved=True, inplace=False):
     """Rotate the pairs of each head of input (batch, seq, heads, head_dim) by the angles
     whose sines and cosines are the tables' (seq, head_dim / 2) rows: pairs

@@ -23,11 +23,12 @@ def tensor(op, name, value):
         if not isinstance(value, torch.Tensor):
             raise TypeError(f"{op}: {name} must be a torch.Tensor, not {type(value).__name__}")
         if _dispatches(type(value)):
-            raise TypeError(
+            raise _C.SubclassError(
                 f"{op}: {name} is a {type(value).__name__}, a tensor subclass that overrides "
                 "__torch_dispatch__ (a FakeTensor while torch.compile or torch.export traces, "
                 "a functional or a wrapper tensor): its memory is not its data, and prebuilt "
-                "kernels read memory; call ntops_prebuilt outside tracing, on plain tensors"
+                "kernels read memory; the public functions send such calls to their "
+                "torch.library op"
             )
     return value
 

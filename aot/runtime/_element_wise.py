@@ -7,16 +7,25 @@ import torch
 
 from ntops_prebuilt import _C
 from ntops_prebuilt import _checks as check
+from ntops_prebuilt._library import compiling, routed, traced
 
 _launch = _C.launch
 _Tensor = torch.Tensor
+_SubclassError = _C.SubclassError
 
 
 def _unary(name):
     group = _C.group(name)
 
     def function(input, *, out=None):
-        return _launch(group, input, out)
+        # Tracing and tensor subclasses go to the op (_library.py); spelled out here,
+        # not decorated, to spare the hottest functions a call.
+        if compiling():
+            return traced(name)(input, out=out)
+        try:
+            return _launch(group, input, out)
+        except _SubclassError:
+            return traced(name)(input, out=out)
 
     function.__name__ = function.__qualname__ = name
     function.__doc__ = f"torch.{name} on prebuilt kernels."
@@ -38,11 +47,13 @@ _ISNAN, _ISINF = _C.group("isnan"), _C.group("isinf")
 _GELU = check.groups("gelu", "approximate", ("none", "tanh"))
 
 
+@routed("relu")
 def relu(input, inplace=False):
     """torch.relu; with inplace, input is overwritten and returned."""
     return _launch(_RELU, input, input if inplace else None)
 
 
+@routed("silu")
 def silu(input, inplace=False):
     """torch.nn.functional.silu; with inplace, input is overwritten and returned."""
     return _launch(_SILU, input, input if inplace else None)
@@ -51,6 +62,7 @@ def silu(input, inplace=False):
 _SILU_MUL = _C.group("silu_mul")
 
 
+@routed("silu_mul")
 def silu_mul(input, other, *, out=None):
     """silu(input) * other in one kernel, broadcasting like torch.mul: a SwiGLU MLP's
     `F.silu(gate) * up`, with gate and up often the halves of one projection's rows
@@ -58,6 +70,7 @@ def silu_mul(input, other, *, out=None):
     return _launch(_SILU_MUL, input, other, out)
 
 
+@routed("gelu")
 def gelu(input, approximate="none"):
     """torch.nn.functional.gelu: exact (erf) or with the tanh approximation."""
     group = _GELU.get(approximate)
@@ -66,11 +79,13 @@ def gelu(input, approximate="none"):
     return _launch(group, input, None)
 
 
+@routed("isnan")
 def isnan(input):
     """torch.isnan: a bool tensor."""
     return _launch(_ISNAN, input, None)
 
 
+@routed("isinf")
 def isinf(input):
     """torch.isinf: a bool tensor."""
     return _launch(_ISINF, input, None)
@@ -82,14 +97,20 @@ _ADD_TENSOR, _ADD_SCALAR = _ADD["tensor"], _ADD["scalar"]
 
 def add(input, other, *, alpha=1, out=None):
     """input + alpha * other, broadcasting like torch.add; other may be a number."""
-    if type(other) is _Tensor and other.ndim:  # the common case first: no other checks
+    if compiling():
+        return traced("add")(input, other, alpha=alpha, out=out)
+    try:
+        if type(other) is _Tensor and other.ndim:  # the common case first: no other checks
+            return _launch(_ADD_TENSOR, input, other, alpha, out)
+        if check.is_scalar(other):
+            input, value = check.scalar_operand("add", "other", input, other)
+            return _launch(_ADD_SCALAR, input, value, alpha, out)
         return _launch(_ADD_TENSOR, input, other, alpha, out)
-    if check.is_scalar(other):
-        input, value = check.scalar_operand("add", "other", input, other)
-        return _launch(_ADD_SCALAR, input, value, alpha, out)
-    return _launch(_ADD_TENSOR, input, other, alpha, out)
+    except _SubclassError:
+        return traced("add")(input, other, alpha=alpha, out=out)
 
 
+@routed("sub")
 def sub(input, other, *, alpha=1, out=None):
     """input - alpha * other, broadcasting like torch.sub; other may be a number."""
     if other is True or other is False or _is_bool(input) or _is_bool(other):
@@ -107,6 +128,7 @@ def _is_bool(value):
     return isinstance(value, _Tensor) and value.dtype == torch.bool
 
 
+@routed("mul")
 def mul(input, other, *, out=None):
     """input * other, broadcasting like torch.mul; other may be a number."""
     if check.is_scalar(other):
@@ -122,6 +144,7 @@ _DIV = {
 }
 
 
+@routed("div")
 def div(input, other, *, rounding_mode=None, out=None):
     """input / other (torch.div): true division, or rounded with "trunc" or "floor"."""
     mode = "none" if rounding_mode is None else rounding_mode
@@ -138,6 +161,7 @@ def div(input, other, *, rounding_mode=None, out=None):
 _POW = check.groups("pow", "exponent", ("tensor", "scalar"))
 
 
+@routed("pow")
 def pow(input, exponent, *, out=None):
     """input ** exponent (torch.pow); exponent a tensor or a number."""
     if check.is_scalar(exponent):
@@ -156,6 +180,7 @@ def pow(input, exponent, *, out=None):
 _CLAMP = _C.group("clamp")
 
 
+@routed("clamp")
 def clamp(input, min=None, max=None):
     """torch.clamp with numbers as bounds; NaN stays NaN (and NaN bounds act as
     on CUDA: both given, every element NaN; one alone, ignored)."""
@@ -181,10 +206,15 @@ def _binary(name):
     groups = check.groups(name, "other", ("tensor", "scalar"))
 
     def function(input, other, *, out=None):
-        if check.is_scalar(other):
-            input, value = check.scalar_operand(name, "other", input, other)
-            return _launch(groups["scalar"], input, value, out)
-        return _launch(groups["tensor"], input, other, out)
+        if compiling():
+            return traced(name)(input, other, out=out)
+        try:
+            if check.is_scalar(other):
+                input, value = check.scalar_operand(name, "other", input, other)
+                return _launch(groups["scalar"], input, value, out)
+            return _launch(groups["tensor"], input, other, out)
+        except _SubclassError:
+            return traced(name)(input, other, out=out)
 
     function.__name__ = function.__qualname__ = name
     function.__doc__ = f"torch.{name} on prebuilt kernels; other may be a number."
@@ -198,6 +228,7 @@ bitwise_or = _binary("bitwise_or")
 _DROPOUT = _C.group("dropout")
 
 
+@routed("dropout")
 def dropout(input, p=0.5, training=True, inplace=False):
     """torch.nn.functional.dropout: each element zeroed with probability p, survivors
     scaled by 1 / (1 - p). The mask is drawn from torch's CUDA generator, so it is

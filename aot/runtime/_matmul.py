@@ -7,6 +7,7 @@ import torch
 
 from ntops_prebuilt import _C
 from ntops_prebuilt import _checks as check
+from ntops_prebuilt._library import routed
 
 _launch = _C.launch
 _PRECISIONS = ("tf32", "ieee")
@@ -67,6 +68,7 @@ def _apart(op, input, out):
     )
 
 
+@routed("mm")
 def mm(input, mat2, *, out=None):
     """input @ mat2 for 2-D tensors."""
     out = _product("mm", input, mat2, out, 2)
@@ -74,6 +76,7 @@ def mm(input, mat2, *, out=None):
     return out
 
 
+@routed("bmm")
 def bmm(input, mat2, *, out=None):
     """input[b] @ mat2[b] for 3-D tensors."""
     out = _product("bmm", input, mat2, out, 3)
@@ -81,6 +84,7 @@ def bmm(input, mat2, *, out=None):
     return out
 
 
+@routed("addmm")
 def addmm(input, mat1, mat2, *, beta=1, alpha=1, out=None):
     """beta * input + alpha * (mat1 @ mat2); input broadcasts to the product's shape."""
     check.tensor("addmm", "input", input)
@@ -101,6 +105,7 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1, out=None):
     return out
 
 
+@routed("matmul")
 def matmul(input, other, *, out=None):
     """torch.matmul: dot, matrix-vector, matrix and batched products; leading batch
     dims broadcast, and fold into rows when `other` is a matrix or a vector."""

@@ -6,6 +6,7 @@ import torch
 from ntops_prebuilt import _C
 from ntops_prebuilt import _checks as check
 from ntops_prebuilt._errors import NotBuiltError
+from ntops_prebuilt._library import routed
 
 _launch = _C.launch
 _SOFTMAX = _C.group("softmax")
@@ -20,6 +21,7 @@ _LAYER_NORM = {
 _EPS = torch.finfo(torch.float32).eps
 
 
+@routed("softmax")
 def softmax(input, dim, dtype=None):
     """torch.softmax; with `dtype`, the input is converted first, as torch does."""
     check.tensor("softmax", "input", input)
@@ -48,6 +50,7 @@ def _rows(group, rows, *rest):
         return _launch(group, rows.contiguous(), *rest, None)
 
 
+@routed("rms_norm")
 def rms_norm(input, normalized_shape, weight=None, eps=None):
     """torch.nn.functional.rms_norm over the trailing `normalized_shape` dims;
     eps None means float32's epsilon, as torch computes half types in float."""
@@ -80,6 +83,7 @@ def _welford(input, weight, n):
     return 0
 
 
+@routed("layer_norm")
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """torch.nn.functional.layer_norm over the trailing `normalized_shape` dims."""
     check.tensor("layer_norm", "input", input)
