@@ -1,9 +1,6 @@
 """The ntops.torch API, every function backed by prebuilt kernels, and the fusions real
 models need beyond it (silu_mul)."""
 
-import sys as _sys
-
-from ntops_prebuilt import _library
 from ntops_prebuilt._attention import (
     CausalVariant,
     rotary_position_embedding,
@@ -94,6 +91,3 @@ __all__ = [
     "sub",
     "tanh",
 ]
-
-# The ops of the torch.library namespace `ntops_prebuilt`, one per function above.
-_library.register(_sys.modules[__name__])
