@@ -11,8 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensor
 
-from tests.gpu.fuzz_inputs import Wrapper, materialize
+from tests.gpu.fuzz_inputs import materialize
 from tests.gpu.fuzz_ops import SPECS
+from tests.subclasses import Wrapper
 
 MATCH, MISMATCH, BOTH_RAISE, REFUSED, CRASH, ERROR = (
     "match", "mismatch", "both-raise", "refused", "crash", "error",

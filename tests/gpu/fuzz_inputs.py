@@ -13,7 +13,8 @@ import math
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.utils._pytree import tree_map
+
+from tests.subclasses import Wrapper
 
 FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 INTEGERS = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
@@ -56,27 +57,6 @@ class Case:
     notes: tuple
     outside: tuple
     precision: str = "highest"  # torch.get_float32_matmul_precision() during the call
-
-
-class Wrapper(torch.Tensor):
-    """A __torch_dispatch__ wrapper subclass (as tensor-parallel and quantisation
-    libraries make): no storage of its own; torch ops run on `inner`."""
-
-    @staticmethod
-    def __new__(cls, inner):
-        return torch.Tensor._make_wrapper_subclass(
-            cls, inner.shape, strides=inner.stride(), dtype=inner.dtype, device=inner.device
-        )
-
-    def __init__(self, inner):
-        self.inner = inner
-
-    @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        def unwrap(value):
-            return value.inner if isinstance(value, Wrapper) else value
-
-        return func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs or {}))
 
 
 def numel(shape):

@@ -5,6 +5,8 @@ reports what it would launch on a device of the given compute capability."""
 import pytest
 import torch
 
+from tests.subclasses import Wrapper
+
 H = torch.float16
 
 
@@ -293,24 +295,6 @@ def test_an_op_the_wheel_lacks_names_the_command_that_adds_it(installed):
     )
 
 
-class _Wrapper(torch.Tensor):
-    """A __torch_dispatch__ wrapper subclass (as DTensor and friends are): its own
-    memory is not the data it holds."""
-
-    @staticmethod
-    def __new__(cls, inner):
-        return torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype)
-
-    def __init__(self, inner):
-        self.inner = inner
-
-    @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        unwrap = lambda t: t.inner if isinstance(t, _Wrapper) else t  # noqa: E731
-        args = torch.utils._pytree.tree_map(unwrap, args)
-        return func(*args, **(kwargs or {}))
-
-
 class _Subclass(torch.Tensor):
     """A __torch_function__ subclass: its memory is its data."""
 
@@ -321,7 +305,7 @@ def test_tensors_whose_memory_is_not_their_data_are_refused(plan):
     x = torch.randn(4, 5, dtype=H)
     with FakeTensorMode():
         fake = torch.empty(4, 5, dtype=H)
-    for tensor in (fake, _Wrapper(x)):
+    for tensor in (fake, Wrapper(x)):
         with pytest.raises(TypeError, match=r"add: other is a .*overrides __torch_dispatch__"):
             add(plan, x, tensor, None)
     # Subclasses that keep their data in their own memory are read as tensors.

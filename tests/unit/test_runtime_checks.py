@@ -1,10 +1,10 @@
 """The runtime's Python layer without a GPU: what each function hands the launcher
 (recorded in place of launching), and the errors it raises before anything runs."""
 
-import typing
-
 import pytest
 import torch
+
+from tests.subclasses import Wrapper
 
 H = torch.float16
 
@@ -71,7 +71,7 @@ def test_matmul_with_an_empty_inner_dim_still_folds_its_rows(installed, launches
 def test_row_functions_copy_layouts_the_wheel_has_no_kernels_for(installed, monkeypatch):
     """A permuted input whose leading dims do not merge is launched once as it is,
     then, refused, once more as a contiguous copy."""
-    seen: typing.ClassVar[list] = []
+    seen = []
 
     def launch(group, rows, *rest):
         seen.append(rows.is_contiguous())
@@ -134,26 +134,6 @@ def test_attention_errors_come_before_any_cache_write(installed, launches):
     assert torch.equal(cache_k, before[0])
     assert torch.equal(cache_v, before[1])
     assert not launches
-
-
-class Wrapper(torch.Tensor):
-    """A __torch_dispatch__ wrapper subclass: torch ops run on `inner`; the ops it is
-    given are recorded in `seen`."""
-
-    seen: typing.ClassVar[list] = []
-
-    @staticmethod
-    def __new__(cls, inner):
-        return torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype)
-
-    def __init__(self, inner):
-        self.inner = inner
-
-    @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        cls.seen.append(func)
-        unwrap = lambda value: value.inner if isinstance(value, Wrapper) else value  # noqa: E731
-        return func(*torch.utils._pytree.tree_map(unwrap, args), **(kwargs or {}))
 
 
 def test_dispatch_subclasses_get_the_op_before_a_torch_op_unwraps_them(installed, launches):
