@@ -5,10 +5,16 @@ layer has no graph break, an exported one runs, and both give eager's results.""
 import pytest
 import torch
 
-from tests.benchmarks import bench_layer as layer
-
 pytestmark = pytest.mark.gpu
 F = torch.nn.functional
+
+
+@pytest.fixture
+def layer(nt):
+    """The layer benchmark's module: it imports ntops_prebuilt, which CI has not built."""
+    from tests.benchmarks import bench_layer
+
+    return bench_layer
 
 
 def samples(nt):
@@ -71,15 +77,15 @@ def test_opcheck_on_every_op(nt):
         torch.library.opcheck(op, args, kwargs, test_utils=("test_schema", "test_faketensor"))
 
 
-def decode():
+def decode(layer):
     """A Llama-3-8B layer's decode step (batch 1, 255 cached positions)."""
     weights = layer.make_weights()
     step = layer.make_step(layer.Scenario(batch=1, tokens=1, cache_len=255))
     return weights, step
 
 
-def test_the_decoder_layer_compiles_without_a_graph_break_and_matches_eager(nt):
-    weights, step = decode()
+def test_the_decoder_layer_compiles_without_a_graph_break_and_matches_eager(nt, layer):
+    weights, step = decode(layer)
     expected = layer.ntops_layer(nt, weights, step.with_own_cache())
     torch._dynamo.reset()
     explained = torch._dynamo.explain(lambda s: layer.ntops_layer(nt, weights, s))(
@@ -96,8 +102,8 @@ def test_the_decoder_layer_compiles_without_a_graph_break_and_matches_eager(nt):
     torch.testing.assert_close(mine.k_cache, written.k_cache)
 
 
-def test_the_compiled_layer_replays_in_cuda_graphs(nt):
-    weights, step = decode()
+def test_the_compiled_layer_replays_in_cuda_graphs(nt, layer):
+    weights, step = decode(layer)
     expected = layer.ntops_layer(nt, weights, step.with_own_cache())
     torch._dynamo.reset()
     overhead = torch.compile(
@@ -118,19 +124,19 @@ def test_the_compiled_layer_replays_in_cuda_graphs(nt):
 
 
 class Prefill(torch.nn.Module):
-    def __init__(self, nt, weights):
+    def __init__(self, nt, layer, weights):
         super().__init__()
-        self.nt, self.weights = nt, weights
+        self.nt, self.layer, self.weights = nt, layer, weights
 
     def forward(self, x, sin, cos):
-        step = layer.Step(x, (sin, cos), None, None, None, 0)
-        return layer.ntops_layer(self.nt, self.weights, step)
+        step = self.layer.Step(x, (sin, cos), None, None, None, 0)
+        return self.layer.ntops_layer(self.nt, self.weights, step)
 
 
-def test_an_exported_prefill_layer_runs_and_matches_eager(nt):
+def test_an_exported_prefill_layer_runs_and_matches_eager(nt, layer):
     weights = layer.make_weights()
     step = layer.make_step(layer.Scenario(batch=1, tokens=64, cache_len=0))
-    module = Prefill(nt, weights)
+    module = Prefill(nt, layer, weights)
     args = (step.x, *step.rope_half)
     expected = module(*args)
     exported = torch.export.export(module, args)
