@@ -21,6 +21,7 @@ RUNTIME = {
     "_checks.py",
     "_element_wise.py",
     "_errors.py",
+    "_library.py",
     "_manifest.py",
     "_matmul.py",
     "_normalization.py",
