@@ -5,6 +5,10 @@ BIN := $(VENV)/bin
 PY ?= $(BIN)/python
 # The registry's default torch (a CUDA build): the one services run; README.md says why.
 TORCH ?= torch
+# The oldest torch the wheels claim (aot/package.py's MIN_TORCH, newest patch release),
+# in a venv of its own: tests/unit/test_oldest_torch.py registers the ops there.
+OLDEST_TORCH ?= torch==2.4.1
+OLDEST ?= .venv-oldest
 ARCH ?= sm_90
 OPS ?= all
 OUT ?= dist
@@ -19,6 +23,8 @@ $(BIN)/python:
 install: $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH)" -e '.[test]'
+	test -x $(OLDEST)/bin/python || $(PYTHON) -m venv $(OLDEST)
+	$(OLDEST)/bin/python -m pip install --quiet "$(OLDEST_TORCH)" numpy pytest
 
 test:
 	$(PY) -m pytest tests -q

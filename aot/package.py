@@ -218,6 +218,13 @@ def _record(path: pathlib.Path) -> bytes | None:
         return None
 
 
+# The oldest torch the runtime works with: torch.library.register_fake (2.4) registers
+# the ops. tests/unit/test_oldest_torch.py runs the registration and fake propagation on
+# it (`make install` sets up .venv-oldest with torch==OLDEST_TORCH, this minimum's newest
+# patch release).
+MIN_TORCH = "2.4"
+
+
 def _metadata(version: str) -> str:
     return (
         "Metadata-Version: 2.1\n"
@@ -225,9 +232,9 @@ def _metadata(version: str) -> str:
         f"Version: {version}\n"
         "Summary: Prebuilt ntops kernels with a torch-compatible API (built by ntops-aot)\n"
         "Requires-Python: >=3.10\n"
-        # Any torch the service already has: the launcher reads tensors through
-        # torch's Python API only, so no torch ABI is baked in.
-        "Requires-Dist: torch\n"
+        # Any torch from MIN_TORCH on: the launcher reads tensors through torch's
+        # Python API only, so no torch ABI is baked in.
+        f"Requires-Dist: torch>={MIN_TORCH}\n"
     )
 
 

@@ -283,7 +283,9 @@ def _products(nt):
             f"{name}.out",
             f"(Tensor input, Tensor {second}, *, Tensor(a!) out) -> Tensor(a!)",
             public,
-            twin,
+            # torch's product without its out=: torch 2.4's fake matmul.out decomposes
+            # into a copy_ that reaches for a real device
+            lambda input, other, *, out, twin=twin: twin(input, other),
         )
         _ROUTES[name] = lambda input, other, *, out=None, name=name: (
             _op(name).default(input, other)

@@ -77,17 +77,19 @@ def calls(nt):
         ("addmm", lambda: nt.addmm(y, x.t(), x, beta=0.5),
          lambda: torch.addmm(y, x.t(), x, beta=0.5)),
         ("matmul 1-D", lambda: nt.matmul(t, y), lambda: torch.matmul(t, y)),
-        ("matmul 3-D @ 2-D", lambda: nt.matmul(h, w[:, None].expand(16, 5)),
-         lambda: torch.matmul(h, w[:, None].expand(16, 5))),
+        ("matmul 3-D @ 2-D", lambda: nt.matmul(h, w.unsqueeze(1).expand(16, 5)),
+         lambda: torch.matmul(h, w.unsqueeze(1).expand(16, 5))),
         ("matmul.out", lambda: nt.matmul(x, x.t(), out=cuda(4, 4)),
          lambda: torch.matmul(x, x.t(), out=cuda(4, 4))),
     ]  # fmt: skip
     q, k = cuda(1, 32, 5, 128, dtype=H), cuda(1, 8, 40, 128, dtype=H)
     sin = cuda(5, 64, dtype=H)
+    heads = k.unsqueeze(2).expand(1, 8, 4, 40, 128).reshape(1, 32, 40, 128)  # GQA's repeats
     rows += [
         ("scaled_dot_product_attention",
          lambda: nt.scaled_dot_product_attention(q, k, k, is_causal=True, enable_gqa=True),
-         lambda: F.scaled_dot_product_attention(q, k, k, is_causal=True, enable_gqa=True)),
+         # enable_gqa's heads spelled out: torch 2.4 (the oldest the wheel takes) lacks it
+         lambda: F.scaled_dot_product_attention(q, *[heads] * 2, is_causal=True)),
         ("rotary_position_embedding",
          lambda: nt.rotary_position_embedding(q.transpose(1, 2), sin, sin),
          lambda: torch.empty_like(q.transpose(1, 2))),

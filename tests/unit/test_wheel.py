@@ -54,7 +54,7 @@ def test_name_tags_and_layout(small_build):
     assert "Root-Is-Purelib: false" in text
     metadata = files["ntops_prebuilt-0.1.0.dist-info/METADATA"].decode()
     assert [line for line in metadata.splitlines() if line.startswith("Requires-Dist")] == [
-        "Requires-Dist: torch"
+        "Requires-Dist: torch>=2.4"
     ]
 
 
