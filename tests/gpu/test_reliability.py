@@ -80,6 +80,13 @@ def test_writes_move_autograd_versions_and_refuse_what_autograd_would(nt):
         frozen = randn(16, 16)
     with pytest.raises(RuntimeError, match="add: output is an inference tensor"):
         nt.add(x, y, out=frozen)
+    # Inference mode records no autograd, even under enable_grad(): torch writes there,
+    # into inference tensors and past inputs that require grad alike.
+    with torch.inference_mode(), torch.enable_grad():
+        torch.testing.assert_close(nt.add(leaf, y, out=frozen), torch.add(leaf, y))
+        version = out._version
+        nt.add(x, y, out=out)
+        assert out._version == version + 1  # a normal tensor's version still moves
 
 
 def test_rms_norm_without_eps_matches_torch(nt):
