@@ -46,6 +46,7 @@ fuzz:
 
 bench:
 	$(PY) tests/benchmarks/bench_add.py --json bench.json
+	$(PY) tests/benchmarks/bench_launch.py --json bench_launch.json
 	$(PY) tests/benchmarks/bench_ops.py --json bench_ops.json
 	$(PY) tests/benchmarks/bench_layer.py --json bench_layer.json --png bench_layer.png
 
@@ -53,4 +54,4 @@ bench-layer:
 	$(PY) tests/benchmarks/bench_layer.py --json bench_layer.json --png bench_layer.png
 
 clean:
-	rm -rf generated $(OUT) bench.json bench_ops.json bench_layer.json bench_layer.png fuzz.json
+	rm -rf generated $(OUT) bench.json bench_launch.json bench_ops.json bench_layer.json bench_layer.png fuzz.json
