@@ -100,14 +100,8 @@ def add(input, other, *, alpha=1, out=None):
     if compiling():
         return traced("add")(input, other, alpha=alpha, out=out)
     try:
-        if type(other) is _Tensor:  # the common case first, with no other look at it
-            try:
-                return _launch(_ADD_TENSOR, input, other, alpha, out)
-            except _SubclassError:
-                raise
-            except TypeError:  # a CPU 0-dim `other` is a number to torch
-                if not check.is_scalar(other):
-                    raise
+        if type(other) is _Tensor and other.ndim:  # the common case first: no other checks
+            return _launch(_ADD_TENSOR, input, other, alpha, out)
         if check.is_scalar(other):
             input, value = check.scalar_operand("add", "other", input, other)
             return _launch(_ADD_SCALAR, input, value, alpha, out)
