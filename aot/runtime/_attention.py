@@ -80,13 +80,19 @@ def _sdpa_checks(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
         )
 
 
-def _check_cache(present, slot, name):
-    if present is None and slot is None:
-        return
-    if present is None or slot is None:
+def paired(present, slot, name):
+    """Whether a KV-cache write of `name` (key, value) is asked for: its new entries and
+    their slot come together or not at all. The op's route checks this too."""
+    if (present is None) != (slot is None):
         raise ValueError(
             f"scaled_dot_product_attention: give present_{name} and present_{name}_slot together"
         )
+    return present is not None
+
+
+def _check_cache(present, slot, name):
+    if not paired(present, slot, name):
+        return
     for what, tensor in ((f"present_{name}", present), (f"present_{name}_slot", slot)):
         check.tensor("scaled_dot_product_attention", what, tensor)
     if slot.shape != present.shape:

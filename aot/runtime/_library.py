@@ -316,6 +316,8 @@ def _products(nt):
 
 
 def _attention(nt):
+    from ntops_prebuilt._attention import paired  # that module imports this one
+
     _define(
         "scaled_dot_product_attention",
         "(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, float dropout_p=0.0,"
@@ -342,13 +344,11 @@ def _attention(nt):
     ):
         # A graph sees the KV-cache writes as the copies they are (what torch's own
         # models do), then the attention: functionalization keeps their order.
-        for present, slot in ((present_key, present_key_slot), (present_value, present_value_slot)):
-            if (present is None) != (slot is None):
-                raise ValueError(
-                    "scaled_dot_product_attention: give present_key and present_key_slot "
-                    "(present_value and present_value_slot) together"
-                )
-            if present is not None:
+        for name, present, slot in (
+            ("key", present_key, present_key_slot),
+            ("value", present_value, present_value_slot),
+        ):
+            if paired(present, slot, name):
                 slot.copy_(present)
         variant = None if causal_variant is None else int(causal_variant)
         return _op("scaled_dot_product_attention").default(
