@@ -20,11 +20,13 @@ CASES ?= 30000
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
+# --no-cache-dir: the two torch builds bring 6 GB of CUDA libraries; a cached copy of
+# their downloads would double that on a CI machine's disk.
 install: $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet "$(TORCH)" -e '.[test]'
+	$(BIN)/python -m pip install --quiet --no-cache-dir "$(TORCH)" -e '.[test]'
 	test -x $(OLDEST)/bin/python || $(PYTHON) -m venv $(OLDEST)
-	$(OLDEST)/bin/python -m pip install --quiet "$(OLDEST_TORCH)" numpy pytest
+	$(OLDEST)/bin/python -m pip install --quiet --no-cache-dir "$(OLDEST_TORCH)" numpy pytest
 
 test:
 	$(PY) -m pytest tests -q

@@ -6,11 +6,14 @@ import hashlib
 import importlib.metadata
 import io
 import json
+import pathlib
 import subprocess
 import sys
 import zipfile
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from ntops_aot.aot import package
 
@@ -118,18 +121,53 @@ def installed_distributions(python):
     listed = subprocess.run(
         [python, "-m", "pip", "list", "--format=json"], capture_output=True, text=True, check=True
     )
-    return {entry["name"].lower() for entry in json.loads(listed.stdout)}
+    return {canonicalize_name(entry["name"]) for entry in json.loads(listed.stdout)}
+
+
+def requirement_closure(name):
+    """`name` and every distribution it needs, with the extras asked for on the way
+    (torch's CUDA builds need `cuda-toolkit[cublas,...]`)."""
+    closure, todo, seen = {}, [(name, "")], set()
+    while todo:
+        name, extra = todo.pop()
+        dist = importlib.metadata.distribution(name)
+        key = canonicalize_name(dist.metadata["Name"])
+        if (key, extra) in seen:
+            continue
+        seen.add((key, extra))
+        closure[key] = dist
+        for text in dist.requires or ():
+            requirement = Requirement(text)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": extra}):
+                todo += [(requirement.name, wanted) for wanted in {"", *requirement.extras}]
+    return closure
+
+
+def lend(dists, site_packages):
+    """Makes `dists`, as installed here, installed in another environment too: a link for
+    each top-level entry they own. A second copy of torch would take gigabytes of disk."""
+    for dist in dists:
+        for top in {file.parts[0] for file in dist.files or () if file.parts[0] != ".."}:
+            source = dist.locate_file(top)
+            if source.exists() and not (site_packages / top).exists():
+                (site_packages / top).symlink_to(source)
 
 
 def test_installs_into_a_fresh_venv_with_torch_only(small_build, tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = str(venv / "bin" / "python")
-    # The installed distribution's version, not torch.__version__: a registry build's
-    # `2.15.0+cu132` carries a local label that no index serves.
-    version = importlib.metadata.version("torch")
-    subprocess.run([python, "-m", "pip", "install", "-q", f"torch=={version}"], check=True)
+    site_packages = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_path('platlib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    torch = requirement_closure("torch")
+    lend(torch.values(), pathlib.Path(site_packages))
     with_torch = installed_distributions(python)
+    assert set(torch) <= with_torch
+    assert "ntops-prebuilt" not in with_torch
     subprocess.run([python, "-m", "pip", "install", "-q", str(small_build.wheel)], check=True)
     # The wheel brings itself and nothing else (torch's CUDA builds bring triton along:
     # the wheel must not import it, which FRESH_CHECK checks).
