@@ -33,6 +33,7 @@ DTYPES: Mapping[str, Dtype] = {
         Dtype("fp16", "float16", "fp16", (2, 16)),
         Dtype("bf16", "bfloat16", "bf16", (4, 16)),
         Dtype("fp32", "float32", "fp32", (2, 32)),
+        Dtype("fp64", "float64", "fp64", (2, 64)),
         Dtype("i8", "int8", "i8", (0, 8)),
         Dtype("i16", "int16", "i16", (0, 16)),
         Dtype("i32", "int32", "i32", (0, 32)),

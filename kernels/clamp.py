@@ -1,17 +1,27 @@
-"""clamp: min(max(input, min), max) (torch.clamp), bounds as Python numbers.
+"""clamp: min(max(input, min), max) (torch.clamp), each bound a tensor (broadcast as
+torch broadcasts), a Python number or missing: a switch per bound.
 
-A missing bound arrives as an infinity. NaN inputs stay NaN and a NaN bound makes
-every element NaN, as in torch; with min > max every element becomes max, as in torch.
+A missing bound arrives as an infinity. NaN propagates as torch's CUDA kernels
+propagate it: a NaN input element, or a NaN bound element, makes that element NaN
+(with number bounds the runtime drops a lone NaN bound first, as torch does); with
+min > max the element becomes max.
 """
+
+import functools
 
 import ninetoothed
 import ninetoothed.language as ntl
+from ninetoothed import Tensor
 
 from ntops_aot.aot.space import FLOATS, VariantSpace
 from ntops_aot.kernels import element_wise
 
+BOUND = ("scalar", "tensor")
 SPACE = VariantSpace(
-    dtypes=FLOATS, ndims=element_wise.NDIMS, specialized_ndims=element_wise.SPECIALIZED_NDIMS
+    dtypes=FLOATS,
+    ndims=element_wise.NDIMS,
+    specialized_ndims=element_wise.SPECIALIZED_NDIMS,
+    switches={"min": BOUND, "max": BOUND},
 )
 
 arrangement = element_wise.arrangement
@@ -20,12 +30,21 @@ config = element_wise.config
 
 def application(input, min, max, output):
     x = ntl.cast(input, ntl.float32)
-    clamped = ntl.minimum(ntl.maximum(x, min), max)
+    low, high = ntl.cast(min, ntl.float32), ntl.cast(max, ntl.float32)
+    clamped = ntl.minimum(ntl.maximum(x, low), high)
     # Triton's minimum and maximum return the operand that is not NaN; the sum is NaN
     # when any of the three is.
-    output = ntl.where((x != x) | (min != min) | (max != max), x + min + max, clamped)  # noqa: F841
+    output = ntl.where((x != x) | (min != min) | (max != max), x + low + high, clamped)  # noqa: F841
 
 
-def premake(ndim, dtype, block_size=element_wise.BLOCK_SIZE):
-    scalars = (ninetoothed.float32, ninetoothed.float32)
-    return element_wise.unary(application, ndim, dtype, scalars=scalars, block_size=block_size)
+def premake(ndim, dtype, block_size=element_wise.BLOCK_SIZE, **bounds):
+    """Tensors in order input, min, max, output: a tensor bound has the input's dtype
+    and ndim, a number bound is an fp32 scalar."""
+    tensors = [Tensor(ndim, dtype=dtype)]
+    for name in ("min", "max"):
+        kind = bounds.get(name, "scalar")
+        tensors.append(
+            Tensor(ndim, dtype=dtype) if kind == "tensor" else Tensor(0, dtype=ninetoothed.float32)
+        )
+    tensors.append(Tensor(ndim, dtype=dtype))
+    return functools.partial(arrangement, block_size=block_size), application, tuple(tensors)

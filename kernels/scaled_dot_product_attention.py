@@ -19,7 +19,7 @@ Two configurations, picked per call by the number of queries (the buckets):
   never read; the scale is folded into base-2 exponents. On Hopper the keys and values
   load through TMA descriptors made on the device (aligned half-type calls).
 
-Head dims 64, 96, 128 and 256: a head_dim that is not a power of two runs in the next
+Head dims 32, 64, 96, 128 and 256: a head_dim that is not a power of two runs in the next
 one's tiles, its padding masked (TMA fills it with zeros).
 
 `mask` is one switch: none, causal (with an offset: 0 for the upper-left variant,
@@ -43,7 +43,7 @@ MASKS = ("none", "causal", "bool", "float")
 SPACE = VariantSpace(
     dtypes=FLOATS,
     ndims=(4,),
-    switches={"head_dim": ("64", "96", "128", "256"), "mask": MASKS},
+    switches={"head_dim": ("32", "64", "96", "128", "256"), "mask": MASKS},
     coalesce="none",
     unspecialized=("mask",),
     specs=("aligned", "generic", "wide"),

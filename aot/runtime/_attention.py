@@ -13,7 +13,7 @@ from ntops_prebuilt._library import routed
 
 _launch = _C.launch
 _increment_version = torch._C._increment_version
-_HEAD_DIMS = (64, 96, 128, 256)
+_HEAD_DIMS = (32, 64, 96, 128, 256)
 _MASKS = ("none", "causal", "bool", "float")
 _SDPA = {
     (head_dim, mask): _C.group(f"scaled_dot_product_attention-head_dim={head_dim}-mask={mask}")

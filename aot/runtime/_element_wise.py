@@ -177,29 +177,45 @@ def pow(input, exponent, *, out=None):
     return _launch(_POW["tensor"], input, exponent, out)
 
 
-_CLAMP = _C.group("clamp")
+_CLAMP = {
+    (low, high): _C.group(f"clamp-min={low}-max={high}")
+    for low in ("scalar", "tensor")
+    for high in ("scalar", "tensor")
+}
 
 
 @routed("clamp")
-def clamp(input, min=None, max=None):
-    """torch.clamp with numbers as bounds; NaN stays NaN (and NaN bounds act as
-    on CUDA: both given, every element NaN; one alone, ignored)."""
+def clamp(input, min=None, max=None, *, out=None):
+    """torch.clamp: bounds both numbers or both tensors (broadcast with input), either
+    may be None. NaN as torch on CUDA: a NaN element of input or of a tensor bound
+    makes that element NaN, as do number bounds both given with one NaN; a lone NaN
+    number is ignored."""
     if min is None and max is None:
         raise ValueError("clamp: at least one of min and max must be given")
-    # As torch on CUDA: with both bounds given a NaN one makes every element NaN (the
-    # kernel's rule); a lone NaN bound is ignored.
+    tensors = [isinstance(bound, _Tensor) for bound in (min, max) if bound is not None]
+    if len(set(tensors)) > 1:
+        raise TypeError(
+            "clamp: min and max must both be numbers or both be tensors, as torch.clamp "
+            f"takes them, not {type(min).__name__} and {type(max).__name__}"
+        )
     lone = max if min is None else min if max is None else None
-    if isinstance(lone, (float, _Tensor)) and check.is_scalar(lone) and math.isnan(lone):
-        return _launch(_CLAMP, input, -math.inf, math.inf, None)
-    bounds = []
+    if isinstance(lone, float) and math.isnan(lone):
+        return _launch(_CLAMP["scalar", "scalar"], input, -math.inf, math.inf, out)
+    kinds, bounds = [], []
     for name, bound, missing in (("min", min, -math.inf), ("max", max, math.inf)):
         if bound is None:
+            kinds.append("scalar")
             bounds.append(missing)
-        elif check.is_scalar(bound):
-            bounds.append(check.scalar("clamp", name, bound, input))
+        elif isinstance(bound, _Tensor):
+            # A CPU 0-dim tensor too: torch's clamp takes no CPU scalars beside CUDA
+            # tensors (its tensor overload is not a binary op), and the launcher
+            # refuses one as it refuses any CPU tensor.
+            kinds.append("tensor")
+            bounds.append(bound)
         else:
-            raise TypeError(f"clamp: {name} must be a number: tensor bounds are not prebuilt")
-    return _launch(_CLAMP, input, *bounds, None)
+            kinds.append("scalar")
+            bounds.append(check.scalar("clamp", name, bound, input))
+    return _launch(_CLAMP[tuple(kinds)], input, *bounds, out)
 
 
 def _binary(name):

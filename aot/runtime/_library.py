@@ -172,13 +172,29 @@ def _binary_ops(nt):
             return _written(written, out)
 
         _ROUTES[name] = route
-    _define(
-        "clamp",
-        "(Tensor input, Scalar? min=None, Scalar? max=None) -> Tensor",
-        nt.clamp,
-        torch.clamp,
-    )
-    _ROUTES["clamp"] = lambda input, min=None, max=None: _op("clamp").default(input, min, max)
+    _clamp(nt)
+
+
+def _clamp(nt):
+    """clamp's overloads as torch's: number bounds or tensor bounds, each with out=."""
+    for overload, kind in (("default", "Scalar"), ("Tensor", "Tensor")):
+        bounds = f"Tensor input, {kind}? min=None, {kind}? max=None"
+        name = "clamp" if overload == "default" else "clamp.Tensor"
+        out = "clamp.out" if overload == "default" else "clamp.Tensor_out"
+        _define(name, f"({bounds}) -> Tensor", nt.clamp, torch.clamp)
+        _define(out, f"({bounds}, *, Tensor(a!) out) -> Tensor(a!)", nt.clamp, torch.clamp)
+
+    def route(input, min=None, max=None, *, out=None):
+        packet = _op("clamp")
+        if isinstance(min, torch.Tensor) or isinstance(max, torch.Tensor):
+            if out is None:
+                return packet.Tensor(input, min, max)
+            return _written(packet.Tensor_out(input, min, max, out=out), out)
+        if out is None:
+            return packet.default(input, min, max)
+        return _written(packet.out(input, min, max, out=out), out)
+
+    _ROUTES["clamp"] = route
 
 
 def _activations(nt):

@@ -26,6 +26,7 @@ TOL = {
     torch.float16: (2e-3, 2e-3),
     torch.bfloat16: (1.6e-2, 1e-2),
     torch.float32: (2e-5, 2e-5),
+    torch.float64: (1e-12, 1e-15),
 }
 # What a refusal may raise; anything else (KeyError, AttributeError, ...) is a bug.
 REFUSALS = (RuntimeError, TypeError, ValueError, IndexError, NotImplementedError)

@@ -131,23 +131,40 @@ def _out(d, inputs, shape, dtype, *, in_place=True):
 
 
 def _clamp(d, op):
+    """Each bound missing, a number, a tensor (broadcast either way: the result may be
+    larger than the input), a 0-dim tensor on the CPU or the device, or, outside the
+    built space, a tensor of another dtype; out= one time in three."""
     dtype = d.principal(SPECS[op].dtypes)
     shape = d.shape()
     x = d.tensor(shape, dtype)
-    bounds = []
+    bounds, result = [], shape
+    kinds = {"none": 25, "number": 35, "same": 15, "broadcast": 15, "cpu": 4, "device": 3}
     for _ in range(2):
-        roll = d.rng.random()
-        if roll < 0.25:
+        kind = d.weighted(kinds | {"mixed": 3})
+        if kind == "none":
             bounds.append(None)
-        elif roll < 0.29:
-            d.out_of_space("a tensor bound")
-            bounds.append(d.tensor(d.broadcast(shape), dtype))
-        else:
+        elif kind == "number":
             bounds.append(d.pick((-0.5, 0.5, 0, 1, -1, 2.5, 1e-3, -3, math.inf, -math.inf)))
             bounds[-1] = math.nan if d.chance(0.06) else bounds[-1]
+        elif kind in ("cpu", "device"):
+            other = dtype if d.chance(0.6) else d.pick(FLOATS)
+            d.note(f"a 0-dim {str(other)[6:]} bound on the {kind.upper()}")
+            d.promotes(dtype, other, result)
+            if kind == "device" and other != dtype:
+                d.out_of_space("device tensors of two dtypes")
+            bounds.append(d.tensor((), other, exotic=False, on_cpu=kind == "cpu"))
+        elif kind == "mixed":
+            d.out_of_space("tensors of two dtypes promote")
+            bounds.append(d.tensor(shape, d.pick(t for t in FLOATS if t != dtype)))
+        else:
+            partner = d.broadcast(shape) if kind == "broadcast" else shape
+            bounds.append(d.tensor(partner, dtype))
+            result = tuple(torch.broadcast_shapes(result, partner))
+    kwargs = _out(d, [x, *bounds], result, dtype) if d.chance(1 / 3) else {}
     if d.chance(0.5):
-        return (x, *bounds), {}
-    return (x,), {name: b for name, b in zip(("min", "max"), bounds, strict=True) if b is not None}
+        return (x, *bounds), kwargs
+    named = {name: b for name, b in zip(("min", "max"), bounds, strict=True) if b is not None}
+    return (x,), named | kwargs
 
 
 def _dropout(d, op):
@@ -169,7 +186,7 @@ def _softmax(d, op):
     ndim = max(len(shape), 1)
     dim = d.rng.randint(-ndim, ndim - 1) if d.chance(0.97) else ndim
     if d.chance(0.15):
-        return (x, dim), {"dtype": d.pick((torch.float32, torch.float32, torch.float16))}
+        return (x, dim), {"dtype": d.pick((torch.float32, torch.float64, torch.float16))}
     return (x, dim), {}
 
 
@@ -294,7 +311,7 @@ def _product_atol(args, kwargs, precision):
 
 # ---- attention --------------------------------------------------------------------
 
-HEAD_DIMS = (64, 96, 128, 256)
+HEAD_DIMS = (32, 64, 96, 128, 256)
 
 
 class CausalVariant(enum.IntEnum):
@@ -309,7 +326,7 @@ def _attention(d, op):
     dtype = d.principal(SPECS[op].dtypes)
     batch, heads_kv, group = d.rng.randint(1, 3), d.rng.randint(1, 4), d.pick((1, 1, 2, 4))
     seq_q, seq_kv = d.rng.randint(1, 70), d.rng.randint(1, 70)
-    head_dim = d.pick(HEAD_DIMS) if d.chance(0.95) else d.pick((32, 80))
+    head_dim = d.pick(HEAD_DIMS) if d.chance(0.95) else d.pick((48, 80))
     if head_dim not in HEAD_DIMS:
         d.out_of_space(f"head_dim {head_dim}")
 
@@ -523,7 +540,7 @@ SPECS = {
     "bitwise_or": Spec(_binary, torch.bitwise_or, BITS),
     "clamp": Spec(_clamp, torch.clamp, FLOATS),
     "dropout": Spec(_dropout, F.dropout, FLOATS, check="dropout"),
-    "softmax": Spec(_softmax, torch.softmax, FLOATS),
+    "softmax": Spec(_softmax, torch.softmax, (*FLOATS, torch.float64)),
     "rms_norm": Spec(_norm, F.rms_norm, FLOATS),
     "layer_norm": Spec(_norm, F.layer_norm, FLOATS, atol=_layer_norm_atol),
     "mm": Spec(_mm, torch.mm, FLOATS, atol=_product_atol),

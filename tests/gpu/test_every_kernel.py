@@ -13,6 +13,7 @@ DTYPES = {
     "fp16": torch.float16,
     "bf16": torch.bfloat16,
     "fp32": torch.float32,
+    "fp64": torch.float64,
     "i8": torch.int8,
     "i16": torch.int16,
     "i32": torch.int32,
@@ -24,6 +25,7 @@ TOLERANCES = {
     torch.float16: {"rtol": 2e-3, "atol": 2e-3},
     torch.bfloat16: {"rtol": 1.6e-2, "atol": 1e-2},
     torch.float32: {"rtol": 2e-5, "atol": 2e-5},
+    torch.float64: {"rtol": 1e-12, "atol": 1e-15},
 }
 SHAPES = {"aligned": (3, 5, 2, 48), "odd": (3, 5, 2, 37)}
 UNARY = {"abs", "neg", "exp", "rsqrt", "sin", "cos", "sigmoid", "tanh", "bitwise_not"}
@@ -83,6 +85,8 @@ def pytest_generate_tests(metafunc):
 
 def _num_tensors(variant):
     op, switches = variant["op"], variant["switches"]
+    if op == "clamp":  # input, its tensor bounds, output
+        return 2 + list(switches.values()).count("tensor")
     if op in UNARY or op in ALLOCATING or op == "softmax":
         return 2
     if op in BINARY:
@@ -116,7 +120,15 @@ def _element_wise(nt, variant, spec, dtype):
             approximate = switches["approximate"]
             return nt.gelu(x, approximate=approximate), F.gelu(x, approximate=approximate)
         if op == "clamp":
-            return nt.clamp(x, -0.5, 0.7), torch.clamp(x, -0.5, 0.7)
+            units = iter(spec.unit[1:])
+            low, high = (
+                layout(next(units)).add_(offset) if switches[name] == "tensor" else offset
+                for name, offset in (("min", -0.5), ("max", 0.7))
+            )
+            if isinstance(low, torch.Tensor) != isinstance(high, torch.Tensor):
+                # a number beside a tensor bound: as None (an infinity) is passed
+                low, high = (b if isinstance(b, torch.Tensor) else None for b in (low, high))
+            return nt.clamp(x, low, high), torch.clamp(x, low, high)
         if op == "dropout":
             kept = nt.dropout(x, 0.25)
             expected = torch.where(kept == 0, kept, x / 0.75)

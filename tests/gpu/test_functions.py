@@ -129,8 +129,63 @@ def test_clamp(nt, dtype):
     close(nt.clamp(x, 1.0, -1.0), torch.clamp(x, 1.0, -1.0))  # min > max: all max
     with pytest.raises(ValueError, match="at least one"):
         nt.clamp(x)
-    with pytest.raises(TypeError, match="tensor bounds"):
-        nt.clamp(x, min=x)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_clamp_with_tensor_bounds(nt, dtype):
+    """Tensor bounds broadcast with input either way, beside a tensor or None; NaN in
+    any operand's element makes that element NaN; min > max gives max; out= works."""
+    x = values(ODD, dtype)
+    low, high = values(ODD, dtype) - 0.5, values(ODD, dtype) + 0.5
+    x[0, 0, :3] = low[1, 1, :3] = high[2, 2, :3] = float("nan")
+    high[3] = low[3] - 1  # min > max: max
+    row = values((1, 1, 123), dtype)
+    for view in views(x):
+        bounds = [b for b in views(low) + views(high) if b.shape == view.shape]
+        close(nt.clamp(view, *bounds[:2]), torch.clamp(view, *bounds[:2]))
+        close(nt.clamp(view, bounds[0]), torch.clamp(view, bounds[0]))
+        close(nt.clamp(view, max=bounds[1]), torch.clamp(view, max=bounds[1]))
+    close(nt.clamp(x, row, high), torch.clamp(x, row, high))
+    close(nt.clamp(x[:1, :1], low), torch.clamp(x[:1, :1], low))  # larger than input
+    nan = torch.tensor(math.nan, device="cuda", dtype=dtype)
+    close(nt.clamp(x, low, nan), torch.clamp(x, low, nan))  # all NaN
+    close(nt.clamp(x, min=row[0, 0, 5]), torch.clamp(x, min=row[0, 0, 5]))  # 0-dim on device
+    with pytest.raises(TypeError, match="expected CUDA tensors"):  # torch: RuntimeError
+        nt.clamp(x, low, torch.tensor(0.25))  # tensor bounds allow no CPU scalars in torch
+    out = torch.empty_like(x)
+    assert nt.clamp(x, low, high, out=out) is out
+    close(out, torch.clamp(x, low, high))
+    assert nt.clamp(x, -0.5, 0.5, out=out) is out
+    close(out, torch.clamp(x, -0.5, 0.5))
+    y = x.clone()
+    close(nt.clamp(y, low, high, out=y), torch.clamp(x, low, high))  # out= the input
+    with pytest.raises(TypeError, match="one dtype"):
+        nt.clamp(x, low.double())
+    with pytest.raises(ValueError, match="does not broadcast"):
+        nt.clamp(x, low[:, :5])
+    with pytest.raises(TypeError, match="both be numbers or both be tensors"):
+        nt.clamp(x, low, 0.5)
+    for lone in (math.nan, nan):  # a number ignored, a tensor not
+        close(nt.clamp(x, lone), torch.clamp(x, lone))
+        close(nt.clamp(x, max=lone), torch.clamp(x, max=lone))
+
+
+@pytest.mark.parametrize("dtype", [*FLOATS, torch.float64])
+def test_softmax_to_float64(nt, dtype):
+    """dtype=torch.float64 converts first and computes in double, as torch does: as
+    close to an exact softmax as torch's (rows up to 1e4 wide, logits up to 700)."""
+    x = (values(ODD, torch.float32) * 200).to(dtype)
+    for dim in (-1, 0, 1):
+        got = nt.softmax(x, dim, dtype=torch.float64)
+        want = torch.softmax(x, dim, dtype=torch.float64)
+        assert got.dtype == torch.float64
+        torch.testing.assert_close(got, want, rtol=1e-13, atol=1e-300)
+    wide = values((4, 10000), torch.float64) * 700
+    exact = torch.softmax(wide.cpu(), -1)  # the CPU's exp and sum: an independent reference
+    ours, theirs = nt.softmax(wide, -1, dtype=torch.float64), torch.softmax(wide, -1)
+    ours_error = ((ours.cpu() - exact).abs() / exact.clamp_min(1e-300)).max()
+    theirs_error = ((theirs.cpu() - exact).abs() / exact.clamp_min(1e-300)).max()
+    assert ours_error <= max(4 * theirs_error, 1e-14), (ours_error, theirs_error)
 
 
 @pytest.mark.parametrize("dtype", FLOATS + INTEGERS + [torch.bool])
@@ -306,7 +361,7 @@ def sdpa_reference(q, k, v, mask=None, causal=False, lower_right=False, scale=No
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("head_dim", [64, 96, 128, 256])
+@pytest.mark.parametrize("head_dim", [32, 64, 96, 128, 256])
 def test_attention(nt, dtype, head_dim):
     tolerance = (
         {"rtol": 1e-2, "atol": 1e-2} if dtype != torch.float32 else {"rtol": 1e-4, "atol": 1e-4}
@@ -350,6 +405,8 @@ DECODE_CASES = [
     (3, 8, 1, 5, 77, 128),
     (1, 64, 8, 16, 513, 128),
     (8, 32, 8, 1, 1000, 64),
+    (1, 16, 4, 1, 4096, 32),
+    (2, 12, 12, 16, 2049, 32),
     (1, 32, 8, 1, 4096, 96),
     (2, 16, 4, 16, 2049, 96),
     (1, 8, 8, 1, 1, 256),

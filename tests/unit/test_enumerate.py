@@ -38,11 +38,12 @@ def test_counts_per_op(registry):
     assert counts["add"] == 3 * 3 * 2
     assert counts["eq"] == 9 * 3 * 2
     assert counts["div"] == 3 * 3 * 3 * 2
-    assert counts["softmax"] == 3 * 2
+    assert counts["softmax"] == 4 * 2  # float dtypes and fp64 x ndims
+    assert counts["clamp"] == 3 * 3 * 4  # float dtypes x ndims x (number, tensor) per bound
     assert counts["silu_mul"] == 3 * 3  # float dtypes x ndims
     assert counts["mm"] == counts["bmm"] == counts["addmm"] == 4
-    assert counts["scaled_dot_product_attention"] == 3 * 4 * 4  # dtypes x head dims x masks
-    assert sum(counts.values()) == 801
+    assert counts["scaled_dot_product_attention"] == 3 * 5 * 4  # dtypes x head dims x masks
+    assert sum(counts.values()) == 842
 
 
 def test_only_the_widest_ndim_built_gets_64_bit_kernels(registry):
@@ -78,8 +79,8 @@ def test_unknown_names_list_what_exists(registry):
         enumeration.select_ops(registry, ["conv"])
     with pytest.raises(UsageError, match="arches: sm_80, sm_86, sm_89, sm_90, sm_100, sm_120"):
         enumeration.select_arches(["sm_75"])
-    with pytest.raises(UsageError, match="dtypes: fp16, bf16, fp32, i8"):
-        enumeration.variants(registry, ["add"], ["sm_90"], ["fp64"])
+    with pytest.raises(UsageError, match="dtypes: fp16, bf16, fp32, fp64, i8"):
+        enumeration.variants(registry, ["add"], ["sm_90"], ["fp8"])
     with pytest.raises(UsageError, match="nothing to build"):
         enumeration.variants(registry, ["mm"], ["sm_90"], None, [3])
 

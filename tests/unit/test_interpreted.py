@@ -133,6 +133,19 @@ def check_element_wise(make):
     for low, high in ((-0.5, 0.25), (0.5, -0.25), (float("nan"), 0.25), (-0.5, float("nan"))):
         make("clamp", 2)(with_nan, low, high, out)
         torch.testing.assert_close(out, with_nan.clamp(low, high), equal_nan=True)
+    low, high = torch.randn(7, 129) - 0.5, torch.randn(7, 129) + 0.5
+    low[1, :5], high[2, :5] = float("nan"), float("nan")
+    high[3] = low[3] - 1  # min > max: max
+    for kinds, bounds, reference in [
+        (("tensor", "tensor"), (low, high), (low, high)),
+        (("tensor", "scalar"), (low, 0.25), (low, torch.tensor(0.25))),
+        (("scalar", "tensor"), (-0.25, high), (torch.tensor(-0.25), high)),
+        (("tensor", "scalar"), (low, float("inf")), (low, None)),
+        (("scalar", "tensor"), (float("nan"), high), (torch.tensor(float("nan")), high)),
+    ]:
+        make("clamp", 2, min=kinds[0], max=kinds[1])(with_nan, *bounds, out)
+        expected = torch.clamp(with_nan, *reference)
+        torch.testing.assert_close(out, expected, equal_nan=True, msg=str(kinds))
 
 
 def check_comparisons_and_bitwise(make):
@@ -160,6 +173,10 @@ def check_rows(make):
     out = torch.empty_like(x)
     make("softmax", 2)(x, out)
     torch.testing.assert_close(out, torch.softmax(x, -1))
+    wide = torch.randn(5, 3000, dtype=torch.float64) * 30
+    out64 = torch.empty_like(wide)
+    make("softmax", 2, "fp64")(wide, out64)
+    torch.testing.assert_close(out64, torch.softmax(wide, -1), rtol=1e-13, atol=1e-300)
     make("rms_norm", 2)(x, weight, 1e-6, 0, out)
     torch.testing.assert_close(out, F.rms_norm(x, (3000,), weight, 1e-6))
     make("layer_norm", 2)(x, weight, bias, 1e-5, out)

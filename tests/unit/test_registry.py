@@ -38,7 +38,7 @@ SIGNATURES = {
     "rsqrt": "(input, *, out=None)",
     "sin": "(input, *, out=None)",
     "cos": "(input, *, out=None)",
-    "clamp": "(input, min=None, max=None)",
+    "clamp": "(input, min=None, max=None, *, out=None)",
     **dict.fromkeys(("eq", "ne", "lt", "le", "gt", "ge"), "(input, other, *, out=None)"),
     "bitwise_and": "(input, other, *, out=None)",
     "bitwise_or": "(input, other, *, out=None)",
