@@ -9,10 +9,9 @@ import torch
 from ntops_prebuilt import _C
 from ntops_prebuilt import _checks as check
 from ntops_prebuilt._errors import NotBuiltError
-from ntops_prebuilt._library import routed
+from ntops_prebuilt._library import increment_versions, routed
 
 _launch = _C.launch
-_increment_version = torch._C._increment_version
 _HEAD_DIMS = (32, 64, 96, 128, 256)
 _MASKS = ("none", "causal", "bool", "float")
 _SDPA = {
@@ -49,6 +48,7 @@ def _sdpa_checks(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
         )
     if attn_mask is not None and is_causal:
         raise ValueError(f"{op}: attn_mask and is_causal cannot be used together")
+    floating(query)
     batch, heads_q, _, head_dim = query.shape
     if key.shape != value.shape or key.shape[0] != batch or key.shape[3] != head_dim:
         raise ValueError(
@@ -77,6 +77,15 @@ def _sdpa_checks(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
             f"ntops_prebuilt.{op}: head_dim {head_dim} is not prebuilt; kernels exist for "
             f"head_dim {', '.join(map(str, _HEAD_DIMS))} (the `head_dim` switch of "
             "kernels/scaled_dot_product_attention.py)"
+        )
+
+
+def floating(query):
+    """Attention over a float dtype, as torch's (whose int calls fail converting the
+    scale): checked in the op's fake too, which sees no kernel table."""
+    if not query.dtype.is_floating_point:
+        raise TypeError(
+            f"scaled_dot_product_attention: query must be a float tensor, not {query.dtype}"
         )
 
 
@@ -198,7 +207,7 @@ def scaled_dot_product_attention(
     # Every check passed: only now may the caches change.
     present = _present(key, value, present_key, present_value, present_key_slot, present_value_slot)
     if present[2]:  # the kernel writes the caches: their autograd versions move
-        _increment_version((key, value))
+        increment_versions((key, value))
     out = query.new_empty(query.shape)
     # The kernels see the result as (batch, heads_kv, group * seq_q, head_dim): the rows
     # of the query heads that share a key/value head, one after another.

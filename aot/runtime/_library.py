@@ -82,12 +82,26 @@ def _op(name):
     return getattr(torch.ops.ntops_prebuilt, name)
 
 
+def _version_bumper():
+    """torch._C._increment_version as a function of a tuple of tensors: torch 2.11 takes
+    only an iterable, 2.4 only a tensor, 2.15 either; asked once, of a scratch tensor."""
+    increment = torch._C._increment_version
+    try:
+        increment((torch.empty(0),))
+    except (RuntimeError, TypeError):
+        return lambda tensors: [increment(tensor) for tensor in tensors]
+    return increment
+
+
+increment_versions = _version_bumper()
+
+
 def _written(nothing, tensor):
     """`tensor`, after an op that wrote it and returned nothing (`nothing`). A tensor
     subclass ran the op on what it wraps: its own version counter moves here, as
     torch's in-place ops move it (a graph being traced keeps its own account)."""
     if not compiling():
-        torch._C._increment_version(tensor)
+        increment_versions((tensor,))
     return tensor
 
 
@@ -186,6 +200,10 @@ def _clamp(nt):
 
     def route(input, min=None, max=None, *, out=None):
         packet = _op("clamp")
+        given = [bound for bound in (min, max) if bound is not None]
+        if 0 < sum(isinstance(bound, torch.Tensor) for bound in given) < len(given):
+            # torch's number overload: a 0-dim tensor read as its value
+            min, max = (b.item() if isinstance(b, torch.Tensor) else b for b in (min, max))
         if isinstance(min, torch.Tensor) or isinstance(max, torch.Tensor):
             if out is None:
                 return packet.Tensor(input, min, max)
@@ -332,7 +350,11 @@ def _products(nt):
 
 
 def _attention(nt):
-    from ntops_prebuilt._attention import paired  # that module imports this one
+    from ntops_prebuilt._attention import floating, paired  # that module imports this one
+
+    def fake(query, key, value, *rest):
+        floating(query)
+        return query.new_empty(query.shape)
 
     _define(
         "scaled_dot_product_attention",
@@ -340,7 +362,7 @@ def _attention(nt):
         " bool is_causal=False, float? scale=None, bool enable_gqa=False,"
         " int? causal_variant=None) -> Tensor",
         nt.scaled_dot_product_attention,
-        lambda query, key, value, *rest: query.new_empty(query.shape),
+        fake,
     )
 
     def attention(

@@ -152,3 +152,10 @@ def test_importing_the_wheel_imports_no_compiler(installed):
         "assert not loaded, loaded\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_attention_on_fake_int_tensors_is_refused_as_torch_refuses_real_ones(installed, fake):
+    """The op's fake checks what no kernel table tells it: attention is over floats."""
+    q = cuda(1, 4, 3, 32, dtype=torch.int32)
+    with pytest.raises(TypeError, match="scaled_dot_product_attention: query must be a float"):
+        installed.scaled_dot_product_attention(q, q, q)
