@@ -225,6 +225,21 @@ def scaled_dot_product_attention(
     return out
 
 
+def rope_shapes(input, sin_table, cos_table):
+    """rotary_position_embedding's shape rules; the op's fake checks them too."""
+    op = "rotary_position_embedding"
+    if input.ndim != 4 or input.shape[-1] % 2:
+        raise ValueError(
+            f"{op}: input must be (batch, seq, heads, even head_dim), got {list(input.shape)}"
+        )
+    seq, half = input.shape[1], input.shape[3] // 2
+    for name, table in (("sin_table", sin_table), ("cos_table", cos_table)):
+        if tuple(table.shape) != (seq, half):
+            raise ValueError(
+                f"{op}: {name} must be (seq, head_dim / 2) = {[seq, half]}, got {list(table.shape)}"
+            )
+
+
 @routed("rotary_position_embedding")
 def rotary_position_embedding(input, sin_table, cos_table, interleaved=True, inplace=False):
     """Rotate the pairs of each head of input (batch, seq, heads, head_dim) by the angles
@@ -233,17 +248,9 @@ def rotary_position_embedding(input, sin_table, cos_table, interleaved=True, inp
     op = "rotary_position_embedding"
     for name, tensor in (("input", input), ("sin_table", sin_table), ("cos_table", cos_table)):
         check.tensor(op, name, tensor)
-    if input.ndim != 4 or input.shape[-1] % 2:
-        raise ValueError(
-            f"{op}: input must be (batch, seq, heads, even head_dim), got {list(input.shape)}"
-        )
+    rope_shapes(input, sin_table, cos_table)
     batch, seq, heads, head_dim = input.shape
     half = head_dim // 2
-    for name, table in (("sin_table", sin_table), ("cos_table", cos_table)):
-        if tuple(table.shape) != (seq, half):
-            raise ValueError(
-                f"{op}: {name} must be (seq, head_dim / 2) = {[seq, half]}, got {list(table.shape)}"
-            )
 
     # The pairs and the tables' broadcast as strided views, one call each: unflatten,
     # indexing and expand took three times the host time.

@@ -237,6 +237,8 @@ def _activations(nt):
     _ROUTES["gelu"] = lambda input, approximate="none": _op("gelu").default(input, approximate)
 
     def silu_mul_fake(input, other, *, out=None):
+        if not input.dtype.is_floating_point:  # as torch's silu
+            raise NotImplementedError(f"silu_mul: not implemented for {input.dtype}")
         return torch.mul(input, other, out=out)
 
     _define("silu_mul", "(Tensor input, Tensor other) -> Tensor", nt.silu_mul, silu_mul_fake)
@@ -267,11 +269,15 @@ def _activations(nt):
         lambda input, p=0.5, training=True: nt.dropout(input, p, training, inplace=True),
         lambda input, p=0.5, training=True: input,
     )
-    _ROUTES["dropout"] = lambda input, p=0.5, training=True, inplace=False: (
-        _written(_op("dropout_").default(input, p, training), input)
-        if inplace
-        else _op("dropout").default(input, p, training)
-    )
+
+    def dropout(input, p=0.5, training=True, inplace=False):
+        if 0 <= p <= 1 and (not training or p == 0 or input.numel() == 0):
+            return input  # as torch's dropout and the public function: input itself
+        if inplace:
+            return _written(_op("dropout_").default(input, p, training), input)
+        return _op("dropout").default(input, p, training)
+
+    _ROUTES["dropout"] = dropout
 
 
 # ---- rows ---------------------------------------------------------------------------
@@ -309,6 +315,13 @@ def _rows(nt):
 # ---- products -----------------------------------------------------------------------
 
 
+def _same_dtype(result, out):
+    """`result`, where out= has its dtype, as torch's products require of out=."""
+    if out.dtype != result.dtype:
+        raise RuntimeError(f"Expected out tensor to have dtype {result.dtype}, but got {out.dtype}")
+    return result
+
+
 def _products(nt):
     for name, second in (("mm", "mat2"), ("bmm", "mat2"), ("matmul", "other")):
         public, twin = getattr(nt, name), getattr(torch, name)
@@ -317,9 +330,9 @@ def _products(nt):
             f"{name}.out",
             f"(Tensor input, Tensor {second}, *, Tensor(a!) out) -> Tensor(a!)",
             public,
-            # torch's product without its out=: torch 2.4's fake matmul.out decomposes
-            # into a copy_ that reaches for a real device
-            lambda input, other, *, out, twin=twin: twin(input, other),
+            # torch's product without its out= (torch 2.4's fake matmul.out decomposes
+            # into a copy_ that reaches for a real device), and torch's rule for out=
+            lambda input, other, *, out, twin=twin: _same_dtype(twin(input, other), out),
         )
         _ROUTES[name] = lambda input, other, *, out=None, name=name: (
             _op(name).default(input, other)
@@ -350,7 +363,8 @@ def _products(nt):
 
 
 def _attention(nt):
-    from ntops_prebuilt._attention import floating, paired  # that module imports this one
+    # that module imports this one
+    from ntops_prebuilt._attention import floating, paired, rope_shapes
 
     def fake(query, key, value, *rest):
         floating(query)
@@ -399,7 +413,9 @@ def _attention(nt):
         "rotary_position_embedding",
         f"{signature} -> Tensor",
         nt.rotary_position_embedding,
-        lambda input, *rest: torch.empty_like(input),
+        lambda input, sin, cos, interleaved=True: (
+            rope_shapes(input, sin, cos) or torch.empty_like(input)
+        ),
     )
     _define(
         "rotary_position_embedding_",
@@ -407,7 +423,7 @@ def _attention(nt):
         lambda input, sin, cos, interleaved=True: nt.rotary_position_embedding(
             input, sin, cos, interleaved, inplace=True
         ),
-        lambda input, *rest: input,
+        lambda input, sin, cos, interleaved=True: rope_shapes(input, sin, cos) or input,
     )
 
     def rotation(input, sin_table, cos_table, interleaved=True, inplace=False):

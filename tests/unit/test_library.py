@@ -159,3 +159,17 @@ def test_attention_on_fake_int_tensors_is_refused_as_torch_refuses_real_ones(ins
     q = cuda(1, 4, 3, 32, dtype=torch.int32)
     with pytest.raises(TypeError, match="scaled_dot_product_attention: query must be a float"):
         installed.scaled_dot_product_attention(q, q, q)
+
+
+def test_the_ops_fakes_refuse_what_torch_refuses(installed, fake):
+    """Traced and subclass calls get torch's answers where no kernel table is asked: the
+    fuzz found each of these accepted on fake tensors while torch refused or aliased."""
+    x, h = cuda(4, 8), cuda(2, 8, 3, 7, dtype=H)
+    with pytest.raises(RuntimeError, match="dtype"):
+        installed.mm(x, x.t(), out=cuda(4, 4, dtype=torch.int32))
+    with pytest.raises(NotImplementedError, match="silu_mul"):
+        installed.silu_mul(*[cuda(9, dtype=torch.int16)] * 2)
+    with pytest.raises(ValueError, match="even head_dim"):
+        installed.rotary_position_embedding(h, cuda(8, 3, dtype=H), cuda(8, 3, dtype=H))
+    assert installed.dropout(x, 0.9, training=False) is x  # torch returns input itself
+    assert installed.dropout(x, 0.0) is x
