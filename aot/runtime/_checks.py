@@ -108,6 +108,23 @@ def scalar(op, name, value, input):
     return value
 
 
+def clamp_bounds(min, max):
+    """clamp's (min, max) as torch's overloads take them: a number beside a tensor is
+    the number overload, which reads a 0-dim tensor as its value (on any device) and
+    takes no larger tensor."""
+    given = [bound for bound in (min, max) if bound is not None]
+    tensors = [bound for bound in given if isinstance(bound, torch.Tensor)]
+    if not tensors or len(tensors) == len(given):
+        return min, max
+    if any(bound.ndim for bound in tensors):
+        raise TypeError(
+            "clamp: min and max must both be numbers (0-dim tensors count) or both be "
+            f"tensors, as torch.clamp takes them, not {type(min).__name__} and "
+            f"{type(max).__name__}"
+        )
+    return tuple(b.item() if isinstance(b, torch.Tensor) else b for b in (min, max))
+
+
 def normalized(op, input, normalized_shape):
     """The trailing `normalized_shape` of `input` as a tuple; checks it is one."""
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)

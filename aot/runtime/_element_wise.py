@@ -192,17 +192,7 @@ def clamp(input, min=None, max=None, *, out=None):
     number is ignored."""
     if min is None and max is None:
         raise ValueError("clamp: at least one of min and max must be given")
-    given = [bound for bound in (min, max) if bound is not None]
-    if 0 < sum(isinstance(bound, _Tensor) for bound in given) < len(given):
-        # A number beside a tensor: torch's number overload, which reads a 0-dim
-        # tensor as its value (on any device); it takes no larger tensor.
-        if any(isinstance(bound, _Tensor) and bound.ndim for bound in given):
-            raise TypeError(
-                "clamp: min and max must both be numbers (0-dim tensors count) or both be "
-                f"tensors, as torch.clamp takes them, not {type(min).__name__} and "
-                f"{type(max).__name__}"
-            )
-        min, max = (b.item() if isinstance(b, _Tensor) else b for b in (min, max))
+    min, max = check.clamp_bounds(min, max)
     lone = max if min is None else min if max is None else None
     if isinstance(lone, float) and math.isnan(lone):
         return _launch(_CLAMP["scalar", "scalar"], input, -math.inf, math.inf, out)

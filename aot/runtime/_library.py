@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from ntops_prebuilt._C import SubclassError
+from ntops_prebuilt._checks import clamp_bounds
 
 NAMESPACE = "ntops_prebuilt"
 _LIBRARY = torch.library.Library(NAMESPACE, "DEF")
@@ -191,6 +192,7 @@ def _binary_ops(nt):
 
 def _clamp(nt):
     """clamp's overloads as torch's: number bounds or tensor bounds, each with out=."""
+
     for overload, kind in (("default", "Scalar"), ("Tensor", "Tensor")):
         bounds = f"Tensor input, {kind}? min=None, {kind}? max=None"
         name = "clamp" if overload == "default" else "clamp.Tensor"
@@ -200,10 +202,7 @@ def _clamp(nt):
 
     def route(input, min=None, max=None, *, out=None):
         packet = _op("clamp")
-        given = [bound for bound in (min, max) if bound is not None]
-        if 0 < sum(isinstance(bound, torch.Tensor) for bound in given) < len(given):
-            # torch's number overload: a 0-dim tensor read as its value
-            min, max = (b.item() if isinstance(b, torch.Tensor) else b for b in (min, max))
+        min, max = clamp_bounds(min, max)
         if isinstance(min, torch.Tensor) or isinstance(max, torch.Tensor):
             if out is None:
                 return packet.Tensor(input, min, max)

@@ -93,6 +93,17 @@ def _binary(d, op):
     return (x, other), {**kwargs, **_out(d, [x, other], result, out_dtype)}
 
 
+def _zero_dim(d, kind, dtype, dtypes, shape, what):
+    """A 0-dim tensor on the CPU or the device (`kind`), of `dtype` or one of `dtypes`,
+    beside a tensor of `dtype` and `shape`; outside the built space where it promotes."""
+    other = dtype if d.chance(0.6) else d.pick(dtypes)
+    d.note(f"a 0-dim {str(other)[6:]} {what} on the {kind.upper()}")
+    d.promotes(dtype, other, shape)
+    if kind == "device" and other != dtype:
+        d.out_of_space("device tensors of two dtypes")
+    return d.tensor((), other, exotic=False, on_cpu=kind == "cpu")
+
+
 def _other(d, op, x, shape, dtype):
     """The second operand and the result's shape."""
     numbers = op not in ("silu_mul",)
@@ -101,14 +112,9 @@ def _other(d, op, x, shape, dtype):
     if kind == "number":
         return d.number(dtype, near=x if op in COMPARISONS else None), shape
     if kind in ("cpu", "device"):
-        other_dtype = dtype if d.chance(0.6) else d.pick(DTYPES)
-        d.note(f"a 0-dim {str(other_dtype)[6:]} tensor on the {kind.upper()}")
-        d.promotes(dtype, other_dtype, shape)
-        if kind == "device" and other_dtype != dtype:
-            d.out_of_space("device tensors of two dtypes")
+        other = _zero_dim(d, kind, dtype, DTYPES, shape, "tensor")
         if kind == "cpu" and not numbers:
             d.out_of_space("a CPU tensor where the kernel takes a device tensor")
-        other = d.tensor((), other_dtype, exotic=False, on_cpu=kind == "cpu")
         return other, shape
     if kind == "mixed":
         d.out_of_space("tensors of two dtypes promote")
@@ -147,12 +153,7 @@ def _clamp(d, op):
             bounds.append(d.pick((-0.5, 0.5, 0, 1, -1, 2.5, 1e-3, -3, math.inf, -math.inf)))
             bounds[-1] = math.nan if d.chance(0.06) else bounds[-1]
         elif kind in ("cpu", "device"):
-            other = dtype if d.chance(0.6) else d.pick(FLOATS)
-            d.note(f"a 0-dim {str(other)[6:]} bound on the {kind.upper()}")
-            d.promotes(dtype, other, result)
-            if kind == "device" and other != dtype:
-                d.out_of_space("device tensors of two dtypes")
-            bounds.append(d.tensor((), other, exotic=False, on_cpu=kind == "cpu"))
+            bounds.append(_zero_dim(d, kind, dtype, FLOATS, result, "bound"))
         elif kind == "mixed":
             d.out_of_space("tensors of two dtypes promote")
             bounds.append(d.tensor(shape, d.pick(t for t in FLOATS if t != dtype)))
