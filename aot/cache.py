@@ -9,7 +9,8 @@ exists is an answer that is right. Three kinds of entry:
 - `kernels`: a variant's compiled kernels, keyed on its kernel file and imports, the
   modules that compile it (`aot/jobs.py` and its imports), the ninetoothed and
   Triton versions, Python's version, Triton's environment, the variant and the options.
-- `extensions`: the launcher library, keyed on its rendered C, the compiler and flags.
+- `extensions`: the launcher library, keyed on its C (hand-written and rendered), the compiler
+  and flags.
 
 Entries are written to a temporary name and renamed into place, so a build killed at
 any moment leaves only whole entries, and concurrent builds may share a cache.
@@ -24,9 +25,7 @@ import json
 import os
 import pathlib
 import pickle
-import sys
 from collections.abc import Mapping, Sequence
-from importlib import metadata
 from typing import Any
 
 from ntops_aot.aot import fingerprint
@@ -38,9 +37,8 @@ FORMAT = 2
 COMPILER_MODULES = ("ntops_aot.aot.jobs",)
 # Triton settings that are paths, not choices: they never change a cubin.
 _PATH_SETTINGS = ("TRITON_CACHE_DIR", "TRITON_HOME", "TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR")
-# Settings toolchain.load sets itself (Triton's knobs write them to os.environ), so a
-# user's value never reaches the compiler: keys must not depend on whether a kernel
-# file was imported in this process before they were computed.
+# Settings Toolchain.target forces while it compiles, so a user's value never reaches
+# the compiler: they are not part of any key.
 _FORCED_SETTINGS = ("TRITON_DISABLE_LINE_INFO",)
 
 
@@ -48,20 +46,14 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
 
 
-def toolchain_versions() -> dict[str, str]:
-    """The compilers' versions, read from package metadata (nothing is imported)."""
-    versions = {name: metadata.version(name) for name in ("ninetoothed", "triton")}
-    versions["python"] = f"{sys.version_info.major}.{sys.version_info.minor}"
-    return versions
-
-
 class Keys:
     """Cache keys, for one build: sources are read once, and edits between builds
     are seen by the next one's `Keys`."""
 
-    def __init__(self, environ: Mapping[str, str]) -> None:
+    def __init__(self, environ: Mapping[str, str], compilers: Mapping[str, str]) -> None:
+        """`compilers`: the toolchain's versions that reach a cubin (`Versions.compilers`)."""
         self.sources = fingerprint.Sources()
-        self.toolchain = toolchain_versions()
+        self.toolchain = dict(compilers)
         self.triton_settings = {
             name: value
             for name, value in sorted(environ.items())

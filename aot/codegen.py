@@ -4,8 +4,9 @@ ninetoothed's code generator turns `arrangement` + `application` into a Triton
 kernel whose parameters are each tensor's pointer, sizes and strides, plus the
 scalars. This stage records, as data, which argument every parameter reads, the
 launch grid as an expression over those parameters, and the Triton signature
-each specialisation compiles with. It runs under `toolchain.use_target`, so
-ninetoothed's defaults come from the target arch, not from the build host.
+each specialisation compiles with. It runs inside `toolchain.target`, so
+ninetoothed's defaults come from the target arch, not from the build host; what it
+uses of ninetoothed below its public surface goes through the toolchain's adapter.
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ntops_aot.aot.errors import UnsupportedKernel
+from ntops_aot.aot.ninetoothed_adapter import Ninetoothed, TensorNames
 from ntops_aot.aot.ops import OpDef
 from ntops_aot.aot.space import Config, Spec, Variant
+from ntops_aot.aot.targets import TARGETS
+from ntops_aot.aot.toolchain import Toolchain
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +36,8 @@ class Arg:
     output: bool = False
     fixed: bool = False  # excluded from the runtime's dim coalescing
     specialized: bool = True  # may kernels assume unit strides or alignment for it
+    dims: tuple[str, ...] = ()  # the names of its dims, where SPACE.dims names them
+    broadcast: bool = False  # broadcasts to its named dims (SPACE.broadcast)
 
     @property
     def is_tensor(self) -> bool:
@@ -78,21 +84,31 @@ MULTIPROCESSORS = "multiprocessors"
 
 
 def generate(
+    toolchain: Toolchain,
     op: OpDef,
     variant: Variant,
     config: Config,
     keep: Callable[[Spec], bool] = lambda spec: True,
 ) -> list[GeneratedKernel]:
-    """Generate the specialisations of `variant` that `keep` accepts; needs
-    `toolchain.use_target` first. A premake that takes `spec` is generated once per
-    specialisation, any other once for all of them."""
-    import ninetoothed.utils
+    """Generate the specialisations of `variant` that `keep` accepts, for its arch. A
+    premake that takes `spec` is generated once per specialisation, any other once for
+    all of them."""
+    with toolchain.target(TARGETS[variant.arch]):
+        return _generate(toolchain.ninetoothed, op, variant, config, keep)
 
-    default_warps, default_stages = ninetoothed.utils.calculate_default_configs()
+
+def _generate(
+    ninetoothed: Ninetoothed,
+    op: OpDef,
+    variant: Variant,
+    config: Config,
+    keep: Callable[[Spec], bool],
+) -> list[GeneratedKernel]:
+    default_warps, default_stages = ninetoothed.default_configs()
     num_warps = config.num_warps or default_warps
     num_stages = config.num_stages or default_stages
     function = f"ntops_{variant.op}"
-    args = _args(op, *_premade(op, variant, config, None))
+    args = _args(op, *_premade(ninetoothed, op, variant, config, None))
     generated: dict[Spec | None, Generation] = {}
     kernels = []
     for spec in specializations(op, variant, args):
@@ -101,7 +117,7 @@ def generate(
         which = spec if op.premake_takes_spec else None
         if which not in generated:
             generated[which] = _ninetoothed(
-                op, variant, config, function, num_warps, num_stages, which
+                ninetoothed, op, variant, config, function, (num_warps, num_stages), which
             )
         found = generated[which]
         params = _params(variant, found, op.space.workspace, op.space.launch_id)
@@ -127,13 +143,14 @@ def generate(
 
 
 def specs(
+    toolchain: Toolchain,
     op: OpDef,
     variant: Variant,
     config: Config,
     keep: Callable[[Spec], bool] = lambda spec: True,
 ) -> list[Spec]:
     """The specialisations `generate` would make (without generating them)."""
-    args = _args(op, *_premade(op, variant, config, None))
+    args = _args(op, *_premade(toolchain.ninetoothed, op, variant, config, None))
     return [spec for spec in specializations(op, variant, args) if keep(spec)]
 
 
@@ -143,20 +160,17 @@ class Generation:
 
     names: Sequence[str]  # the application's parameters
     tensors: Sequence[Any]
+    tensor_names: Sequence[TensorNames]  # each tensor's parameter names
     source: str
-    kernel_params: list[str]
+    kernel_params: Sequence[str]
     grid: str
 
 
 def _premade(
-    op: OpDef, variant: Variant, config: Config, spec: Spec | None
+    ninetoothed: Ninetoothed, op: OpDef, variant: Variant, config: Config, spec: Spec | None
 ) -> tuple[list[str], Sequence[Any], Callable[..., Any], Callable[..., Any]]:
     """The premake's parameter names, tensors, arrangement and application."""
-    # ninetoothed names tensors from a process-wide counter; starting it at zero makes
-    # the generated source, and so the cubin, independent of what was built before.
-    import ninetoothed
-
-    ninetoothed.Tensor.num_instances = 0
+    ninetoothed.reset_names()
     extra = dict(config.premake)
     if op.premake_takes_spec:
         extra["spec"] = spec
@@ -167,18 +181,17 @@ def _premade(
 
 
 def _ninetoothed(
+    ninetoothed: Ninetoothed,
     op: OpDef,
     variant: Variant,
     config: Config,
     function: str,
-    num_warps: int,
-    num_stages: int,
+    launch: tuple[int, int],
     spec: Spec | None,
 ) -> Generation:
-    """Run ninetoothed's code generator as `ninetoothed.make` would."""
-    import ninetoothed.generation
-
-    names, tensors, arrangement, application = _premade(op, variant, config, spec)
+    """Run ninetoothed's code generator as `ninetoothed.make` would, with `launch`'s
+    warps and stages."""
+    names, tensors, arrangement, application = _premade(ninetoothed, op, variant, config, spec)
     arranged = arrangement(*tensors)
     arranged = arranged if isinstance(arranged, tuple) else (arranged,)
     if len(names) != len(tensors) or len(arranged) != len(tensors):
@@ -189,15 +202,11 @@ def _ninetoothed(
     # A copy of the application to annotate, as make() does, leaving the kernel file's alone.
     func = types.FunctionType(application.__code__, application.__globals__, application.__name__)
     func.__annotations__ = dict(zip(names, arranged, strict=True))
-    generator = ninetoothed.generation.CodeGenerator()
-    source_path = generator(func, "torch", function, num_warps, num_stages, None, False)
-    with open(source_path, encoding="utf-8") as file:
-        source = file.read()
-    if generator.raw_grid is None or not isinstance(generator.raw_grid.body, ast.Tuple):
+    made = ninetoothed.generate(func, function, *launch)
+    if made.grid is None:
         raise UnsupportedKernel(f"{variant.id}: ninetoothed produced no launch grid")
-    grid = ast.unparse(generator.raw_grid.body.elts[0])
-    kernel_params = [arg.arg for arg in generator.kernel_func.args.args]
-    return Generation(names, tensors, source, kernel_params, grid)
+    tensor_names = [ninetoothed.names(tensor) for tensor in tensors]
+    return Generation(names, tensors, tensor_names, made.source, made.kernel_params, made.grid)
 
 
 def _launched(grid: str, config: Config) -> str:
@@ -311,6 +320,8 @@ def _args(op: OpDef, names: Sequence[str], tensors: Sequence[Any], *_: Any) -> t
             output=name in op.space.outputs,
             fixed=name in op.space.fixed,
             specialized=name not in op.space.unspecialized,
+            dims=tuple(op.space.dims.get(name, ())),
+            broadcast=name in op.space.broadcast,
         )
         for name, tensor in zip(names, tensors, strict=True)
         if not tensor.constexpr and name not in (op.space.workspace, op.space.launch_id)
@@ -326,30 +337,26 @@ def _params(
     the launch's id."""
     known: dict[str, Param] = {}
     passed = []
-    for name, tensor in zip(found.names, found.tensors, strict=True):
+    named = zip(found.names, found.tensors, found.tensor_names, strict=True)
+    for name, tensor, names in named:
         if tensor.constexpr:
             known[tensor.name] = Param(tensor.name, "constant", -1, value=tensor.value)
         elif name == launch_id:
             known[tensor.name] = Param(tensor.name, "launch", -1)
         elif name == workspace:
-            known[tensor.pointer_string()] = Param(tensor.pointer_string(), "workspace", -1)
-            for dim in range(tensor.ndim):
-                size, stride = tensor.size_string(dim), tensor.stride_string(dim)
+            known[names.pointer] = Param(names.pointer, "workspace", -1)
+            for size, stride in zip(names.sizes, names.strides, strict=True):
                 known[size] = Param(size, "constant", -1, value=0)
                 known[stride] = Param(stride, "constant", -1, value=1)
         else:
-            passed.append(tensor)
-    for index, tensor in enumerate(passed):
+            passed.append((tensor, names))
+    for index, (tensor, names) in enumerate(passed):
         if tensor.ndim == 0:
             known[tensor.name] = Param(tensor.name, "scalar", index)
             continue
-        pointer = tensor.pointer_string()
-        known[pointer] = Param(pointer, "pointer", index)
+        known[names.pointer] = Param(names.pointer, "pointer", index)
         for dim in range(tensor.ndim):
-            for kind, name in (
-                ("size", tensor.size_string(dim)),
-                ("stride", tensor.stride_string(dim)),
-            ):
+            for kind, name in (("size", names.sizes[dim]), ("stride", names.strides[dim])):
                 known[name] = Param(name, kind, index, dim)
     unknown = [name for name in found.kernel_params if name not in known]
     if unknown:

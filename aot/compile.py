@@ -3,7 +3,7 @@
 The result is a `CompiledKernel`: the cubin and everything a launcher needs to
 call it (the runtime parameters left after constants are folded, shared memory,
 warps). Kernels that need something a prebuilt launch cannot provide fail here,
-with the kernel's id and a command that reproduces the failure alone.
+with the kernel's id (the build adds the command that reproduces it alone).
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from typing import Any
 from ntops_aot.aot.codegen import Arg, GeneratedKernel, Param
 from ntops_aot.aot.errors import CompileError
 from ntops_aot.aot.space import EVERY, Range, Spec, Variant
-from ntops_aot.aot.targets import TARGETS
+from ntops_aot.aot.targets import TARGETS, Target
+from ntops_aot.aot.toolchain import Toolchain
 
 # Launch kinds the launcher does not make: kernels Triton compiles for cooperative or
 # programmatic-dependent launches are refused rather than launched wrongly. (Clusters,
@@ -73,13 +74,15 @@ def _deepest(error: BaseException) -> str:
     return f"{located}\n{type(chain[-1]).__name__}: {chain[-1]}"
 
 
-def compile_kernel(kernel: GeneratedKernel) -> CompiledKernel:
-    """Compile one specialisation; `toolchain.use_target` must describe its arch."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.backends.nvidia.compiler import sm_arch_from_capability
-
+def compile_kernel(toolchain: Toolchain, kernel: GeneratedKernel) -> CompiledKernel:
+    """Compile one specialisation for its arch."""
     target = TARGETS[kernel.variant.arch]
+    with toolchain.target(target):
+        return _compile(toolchain, target, kernel)
+
+
+def _compile(toolchain: Toolchain, target: Target, kernel: GeneratedKernel) -> CompiledKernel:
+    triton = toolchain.triton
     jit_function = _load(kernel)
     signature = dict(zip(jit_function.arg_names, kernel.signature, strict=True))
     # Constexpr parameters: unit strides (1) and the premake's constexpr tensors.
@@ -92,7 +95,7 @@ def compile_kernel(kernel: GeneratedKernel) -> CompiledKernel:
     source = triton.compiler.ASTSource(
         fn=jit_function, signature=signature, constexprs=constants, attrs=attrs
     )
-    gpu_target = GPUTarget("cuda", target.capability, target.warp_size)
+    gpu_target = toolchain.gpu_target(target)
     options = triton.compiler.make_backend(gpu_target).parse_options(
         # Fusing a * b + c into one FMA is Triton's (and nvcc's) default; say so, so a
         # changed default in a later Triton cannot change the numbers silently.
@@ -106,9 +109,7 @@ def compile_kernel(kernel: GeneratedKernel) -> CompiledKernel:
     try:
         compiled = triton.compile(source, target=gpu_target, options=options.__dict__)
     except Exception as error:
-        raise CompileError(
-            kernel.id, f"Triton failed: {_deepest(error)}", _reproduce(kernel)
-        ) from error
+        raise CompileError(kernel.id, f"Triton failed: {_deepest(error)}") from error
     _check_launchable(kernel, compiled.metadata)
     runtime = [i for i, type_ in enumerate(kernel.signature) if type_ != "constexpr"]
     metadata = compiled.metadata
@@ -119,7 +120,7 @@ def compile_kernel(kernel: GeneratedKernel) -> CompiledKernel:
         function=compiled.metadata.name,
         cubin=compiled.asm["cubin"],
         ptx=compiled.asm["ptx"],
-        target=sm_arch_from_capability(target.capability),
+        target=toolchain.cubin_arch(target),
         params=tuple(kernel.params[i] for i in runtime),
         types=tuple(kernel.signature[i] for i in runtime),
         scratch_params=sum(
@@ -155,7 +156,6 @@ def _check_launchable(kernel: GeneratedKernel, metadata: Any) -> None:
             f"the kernel needs {metadata.shared} bytes of shared memory; a block on "
             f"{target.name} gets at most {target.max_shared_mem}: choose smaller tiles or "
             "fewer stages in its kernel file",
-            _reproduce(kernel),
         )
     if getattr(metadata, "profile_scratch_size", 0):
         raise CompileError(
@@ -163,7 +163,6 @@ def _check_launchable(kernel: GeneratedKernel, metadata: Any) -> None:
             f"the kernel needs {metadata.profile_scratch_size} bytes of profile scratch "
             "memory per launch (Triton's instrumentation); prebuilt launchers pass none, so "
             "build without TRITON_* profiling settings",
-            _reproduce(kernel),
         )
     for field, plain in _PLAIN_LAUNCH.items():
         value = getattr(metadata, field, plain)
@@ -172,13 +171,4 @@ def _check_launchable(kernel: GeneratedKernel, metadata: Any) -> None:
                 kernel.id,
                 f"Triton compiled it for {field}={value}; "
                 f"prebuilt launchers only do {field}={plain}",
-                _reproduce(kernel),
             )
-
-
-def _reproduce(kernel: GeneratedKernel) -> str:
-    variant = kernel.variant
-    return (
-        f"ntops-aot build --arch {variant.arch} --ops {variant.op} "
-        f"--dtypes {variant.dtype} --ndims {variant.ndim} --jobs 1"
-    )

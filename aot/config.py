@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
+import shlex
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -23,53 +24,6 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 ENV_PREFIX = "NTOPS_AOT_"
-
-
-@dataclasses.dataclass(frozen=True)
-class BuildOptions:
-    arches: tuple[str, ...] = ("sm_90",)
-    ops: tuple[str, ...] = ("all",)
-    dtypes: tuple[str, ...] | None = None
-    ndims: tuple[int, ...] | None = None
-    variants: tuple[str, ...] | None = None  # globs over variant ids
-    build_dir: pathlib.Path = pathlib.Path("generated")
-    cache_dir: pathlib.Path | None = None  # None: build_dir / "cache"
-    out_dir: pathlib.Path = pathlib.Path("dist")
-    jobs: int = 1
-    timeout: float | None = 900.0  # seconds one variant may compile
-    max_memory: int | None = 6144  # MiB one worker (with its ptxas) may hold
-    keep_going: bool = False
-    wheel_per_arch: bool = False
-    ptx: bool = False
-    shard: tuple[int, int] | None = None  # (K, N): the K-th of N shards, 1-based
-    # ntops.torch's set_default_* settings, which belong to the build here: None keeps
-    # each kernel file's choice. Every kernel file declares one tile configuration, so
-    # any max_num_configs of at least one keeps them all.
-    num_warps: int | None = None
-    num_stages: int | None = None
-    max_num_configs: int | None = None
-    # Tuning tables: the winners in `tuning_dir` (None: those shipped with the kernel
-    # files) unless `tuning` is off; `candidates` builds a tuning wheel instead (every
-    # candidate configuration of the ops that declare a TUNING: `ntops-aot tune`).
-    tuning: bool = True
-    tuning_dir: pathlib.Path | None = None
-    candidates: bool = False
-
-    def __post_init__(self) -> None:
-        for name in ("num_warps", "num_stages", "max_num_configs", "jobs", "max_memory"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise UsageError(f"--{name.replace('_', '-')} must be at least 1, not {value}")
-        if self.num_warps is not None and self.num_warps & (self.num_warps - 1):
-            raise UsageError(f"--num-warps must be a power of two, not {self.num_warps}")
-        if self.timeout is not None and self.timeout <= 0:
-            raise UsageError(f"--timeout must be positive, not {self.timeout}")
-        if self.shard is not None and not 1 <= self.shard[0] <= self.shard[1]:
-            raise UsageError(f"--shard K/N needs 1 <= K <= N, not {self.shard[0]}/{self.shard[1]}")
-
-    @property
-    def cache_root(self) -> pathlib.Path:
-        return self.cache_dir if self.cache_dir is not None else self.build_dir / "cache"
 
 
 def default_jobs() -> int:
@@ -134,29 +88,148 @@ def _shard(value: Any) -> tuple[int, int]:
     return int(parts[0]), int(parts[1])
 
 
-# option name (the command line's, without --) -> (BuildOptions field, parser, is a path)
-OPTIONS: Mapping[str, tuple[str, Callable[[Any], Any], bool]] = {
-    "arch": ("arches", _words, False),
-    "ops": ("ops", _words, False),
-    "dtypes": ("dtypes", _words, False),
-    "ndims": ("ndims", _ints, False),
-    "variants": ("variants", _words, False),
-    "build-dir": ("build_dir", pathlib.Path, True),
-    "cache-dir": ("cache_dir", pathlib.Path, True),
-    "out": ("out_dir", pathlib.Path, True),
-    "jobs": ("jobs", _int, False),
-    "timeout": ("timeout", _seconds, False),
-    "max-memory": ("max_memory", _mebibytes, False),
-    "keep-going": ("keep_going", _bool, False),
-    "wheel-per-arch": ("wheel_per_arch", _bool, False),
-    "ptx": ("ptx", _bool, False),
-    "shard": ("shard", _shard, False),
-    "num-warps": ("num_warps", _int, False),
-    "num-stages": ("num_stages", _int, False),
-    "max-num-configs": ("max_num_configs", _int, False),
-    "tuning": ("tuning", _bool, False),
-    "tuning-dir": ("tuning_dir", pathlib.Path, True),
+def _text(value: Any) -> str | None:
+    """A value as the command line writes it (None: not written, the option's absence)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, (tuple, list)):
+        return ",".join(map(str, value))
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _shard_text(value: tuple[int, int] | None) -> str | None:
+    return None if value is None else f"{value[0]}/{value[1]}"
+
+
+def _limit_text(value: float | None) -> str | None:
+    """A limit, where None is a value of its own: no limit."""
+    return "none" if value is None else _text(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One option of every layer: the BuildOptions field it sets, the parser of what a
+    layer holds, its default (a callable: computed for each BuildOptions), what the help
+    says of a default that is not a value, how a value is written back, and whether it is
+    a path (relative to pyproject.toml when set there)."""
+
+    field: str
+    parse: Callable[[Any], Any]
+    default: Any = None
+    shown: str | None = None
+    text: Callable[[Any], str | None] = _text
+    is_path: bool = False
+
+    @property
+    def help_default(self) -> str | None:
+        if self.shown is not None:
+            return self.shown
+        return None if self.default is None else self.text(self.default)
+
+
+# The one table of options and their defaults: BuildOptions, the layers and the
+# command's help all read it. Keyed by the command line's name, without --.
+OPTIONS: Mapping[str, Option] = {
+    "arch": Option("arches", _words, ("sm_90",)),
+    "ops": Option("ops", _words, ("all",)),
+    "dtypes": Option("dtypes", _words),
+    "ndims": Option("ndims", _ints),
+    "variants": Option("variants", _words),  # globs over variant ids
+    "build-dir": Option("build_dir", pathlib.Path, pathlib.Path("generated"), is_path=True),
+    "cache-dir": Option("cache_dir", pathlib.Path, shown="BUILD_DIR/cache", is_path=True),
+    "out": Option("out_dir", pathlib.Path, pathlib.Path("dist"), is_path=True),
+    "jobs": Option("jobs", _int, default_jobs, shown="the machine's cores"),
+    # Seconds one variant may compile, MiB one worker (with its ptxas) may hold.
+    "timeout": Option("timeout", _seconds, 900.0, text=_limit_text),
+    "max-memory": Option("max_memory", _mebibytes, 6144, text=_limit_text),
+    "keep-going": Option("keep_going", _bool, False),
+    "wheel-per-arch": Option("wheel_per_arch", _bool, False),
+    "ptx": Option("ptx", _bool, False),
+    "shard": Option("shard", _shard, text=_shard_text),  # (K, N): the K-th of N, 1-based
+    # ntops.torch's set_default_* settings, which belong to the build here: None keeps
+    # each kernel file's choice. Every kernel file declares one tile configuration, so
+    # any max_num_configs of at least one keeps them all.
+    "num-warps": Option("num_warps", _int, shown="each kernel file's"),
+    "num-stages": Option("num_stages", _int, shown="each kernel file's"),
+    "max-num-configs": Option("max_num_configs", _int),
+    # Tuning tables: the winners in tuning_dir (None: those shipped with the kernel
+    # files) unless tuning is off.
+    "tuning": Option("tuning", _bool, True),
+    "tuning-dir": Option("tuning_dir", pathlib.Path, shown="kernels/tuning", is_path=True),
 }
+
+
+def _default(option: str) -> Any:
+    """BuildOptions' default for `option`, from OPTIONS."""
+    default = OPTIONS[option].default
+    return dataclasses.field(default_factory=default) if callable(default) else default
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildOptions:
+    """What a build is asked for: every field but `candidates` is an option of OPTIONS,
+    whose default it takes from there."""
+
+    arches: tuple[str, ...] = _default("arch")
+    ops: tuple[str, ...] = _default("ops")
+    dtypes: tuple[str, ...] | None = _default("dtypes")
+    ndims: tuple[int, ...] | None = _default("ndims")
+    variants: tuple[str, ...] | None = _default("variants")
+    build_dir: pathlib.Path = _default("build-dir")
+    cache_dir: pathlib.Path | None = _default("cache-dir")  # None: build_dir / "cache"
+    out_dir: pathlib.Path = _default("out")
+    jobs: int = _default("jobs")
+    timeout: float | None = _default("timeout")
+    max_memory: int | None = _default("max-memory")
+    keep_going: bool = _default("keep-going")
+    wheel_per_arch: bool = _default("wheel-per-arch")
+    ptx: bool = _default("ptx")
+    shard: tuple[int, int] | None = _default("shard")
+    num_warps: int | None = _default("num-warps")
+    num_stages: int | None = _default("num-stages")
+    max_num_configs: int | None = _default("max-num-configs")
+    tuning: bool = _default("tuning")
+    tuning_dir: pathlib.Path | None = _default("tuning-dir")
+    # A tuning wheel instead (every candidate configuration of the ops that declare a
+    # TUNING): what `ntops-aot tune` builds; not an option of its own.
+    candidates: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("num_warps", "num_stages", "max_num_configs", "jobs", "max_memory"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 1, not {value}")
+        if self.num_warps is not None and self.num_warps & (self.num_warps - 1):
+            raise UsageError(f"--num-warps must be a power of two, not {self.num_warps}")
+        if self.timeout is not None and self.timeout <= 0:
+            raise UsageError(f"--timeout must be positive, not {self.timeout}")
+        if self.shard is not None and not 1 <= self.shard[0] <= self.shard[1]:
+            raise UsageError(f"--shard K/N needs 1 <= K <= N, not {self.shard[0]}/{self.shard[1]}")
+
+    @property
+    def cache_root(self) -> pathlib.Path:
+        return self.cache_dir if self.cache_dir is not None else self.build_dir / "cache"
+
+
+def command_line(command: str, values: Mapping[str, Any]) -> str:
+    """`ntops-aot COMMAND ...` with `values` (option name -> value as BuildOptions holds
+    it), in the table's order: how every message writes a command. A None is left out
+    (the layers below decide) unless it means something of its own (`--timeout none`)."""
+    unknown = sorted(set(values) - set(OPTIONS))
+    if unknown:
+        raise ValueError(f"no options {unknown}")
+    words = ["ntops-aot", command]
+    for name, option in OPTIONS.items():
+        value, text = values.get(name), option.text(values.get(name))
+        if isinstance(value, bool):
+            words.append(f"--{name}" if value else f"--no-{name}")
+        elif name in values and text is not None:
+            words += [f"--{name}", shlex.quote(text)]
+    return " ".join(words)
 
 
 def env_name(option: str) -> str:
@@ -172,7 +245,7 @@ def resolve(
     user typed (None: not given); `project` is the folder whose pyproject.toml counts."""
     environ = os.environ if environ is None else environ
     project = pathlib.Path.cwd() if project is None else project
-    values: dict[str, Any] = {"jobs": default_jobs()}
+    values: dict[str, Any] = {}
     for option, value in _pyproject(project).items():
         values.update(_parse(option, value, "pyproject.toml [tool.ntops-aot]", project))
     for name in sorted(n for n in environ if n.startswith(ENV_PREFIX)):
@@ -188,15 +261,15 @@ def resolve(
 
 
 def _parse(option: str, value: Any, where: str, base: pathlib.Path | None) -> dict[str, Any]:
-    field, parse, is_path = OPTIONS[option]
+    spec = OPTIONS[option]
     try:
-        parsed = parse(value)
+        parsed = spec.parse(value)
     except ValueError as error:
         error_type = UsageError if where.startswith("--") else ConfigError
         raise error_type(f"{where}: {value!r}: {error}") from error
-    if is_path and base is not None and not parsed.is_absolute():
+    if spec.is_path and base is not None and not parsed.is_absolute():
         parsed = base / parsed
-    return {field: parsed}
+    return {spec.field: parsed}
 
 
 def _pyproject(project: pathlib.Path) -> dict[str, Any]:

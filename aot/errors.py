@@ -4,8 +4,8 @@ it; the CLI exits with each kind's own code (README, "Exit codes"):
   0 the wheel(s) written        4 variants failed to compile: no wheel
   1 an unexpected error         5 the C compiler failed on the launcher
   2 a bad command line          6 shards that do not merge
-  3 a bad setting (environment  7 not an ntops_prebuilt wheel (inspect)
-    or pyproject.toml)          8 --keep-going: wheel written, some variants missing
+  3 a bad setting (environment, 7 not an ntops_prebuilt wheel (inspect)
+    pyproject.toml, toolchain)  8 --keep-going: wheel written, some variants missing
 """
 
 from __future__ import annotations
@@ -32,6 +32,11 @@ class ConfigError(BuildError):
     exit_code = 3
 
 
+class ToolchainError(ConfigError):
+    """The installed toolchain is not the one ntops-aot is written against (a
+    ninetoothed other than the pinned version): a bad environment."""
+
+
 class UnsupportedKernel(BuildError):
     """A kernel definition the AOT pipeline cannot build as written."""
 
@@ -43,11 +48,12 @@ class CompileError(BuildError):
 
     exit_code = 4
 
-    def __init__(self, kernel_id: str, reason: str, reproduce: str) -> None:
+    def __init__(self, kernel_id: str, reason: str) -> None:
+        # No reproducer here: the build attaches its variant's (`plan.reproduce`), which
+        # knows the options the kernel was compiled with.
         self.kernel_id = kernel_id
         self.reason = reason
-        self.reproduce = reproduce
-        super().__init__(f"{kernel_id}: {reason}\n  reproduce alone: {reproduce}")
+        super().__init__(f"{kernel_id}: {reason}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,13 +5,12 @@ cache key (see cache.COMPILER_MODULES): what it runs is what the key covers."""
 from __future__ import annotations
 
 import dataclasses
-import pathlib
 from collections.abc import Callable
 
-from ntops_aot.aot import codegen, ops, toolchain
+from ntops_aot.aot import codegen, ops
 from ntops_aot.aot.compile import CompiledKernel, compile_kernel
 from ntops_aot.aot.space import EVERY, Config, Range, Spec, Variant
-from ntops_aot.aot.targets import TARGETS
+from ntops_aot.aot.toolchain import Toolchain
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,15 +44,14 @@ class Task:
 
 
 def compile_variant(
+    toolchain: Toolchain,
     variant: Variant,
     options: CompileOptions,
-    toolchain_dir: pathlib.Path,
     builds: tuple[Build, ...],
 ) -> list[CompiledKernel]:
     """Generate and compile every specialisation each of `builds` asks for; a
     configuration that several builds share compiles once."""
-    op = ops.load(variant.op, toolchain_dir)
-    toolchain.use_target(TARGETS[variant.arch])
+    op = ops.load(variant.op, toolchain)
     compiled: dict[tuple[str, str], CompiledKernel] = {}
     kernels = []
     for build in builds:
@@ -62,10 +60,11 @@ def compile_variant(
             num_warps=options.num_warps or build.config.num_warps,
             num_stages=options.num_stages or build.config.num_stages,
         )
-        specs = codegen.specs(op, variant, config, keep=_selector(build))
+        specs = codegen.specs(toolchain, op, variant, config, keep=_selector(build))
         missing = [spec for spec in specs if (config.key, spec.name) not in compiled]
-        for kernel in codegen.generate(op, variant, config, keep=missing.__contains__):
-            compiled[config.key, kernel.spec.name] = compile_kernel(kernel)
+        generated = codegen.generate(toolchain, op, variant, config, keep=missing.__contains__)
+        for kernel in generated:
+            compiled[config.key, kernel.spec.name] = compile_kernel(toolchain, kernel)
         for spec in specs:
             kernels.append(
                 dataclasses.replace(

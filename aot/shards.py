@@ -1,8 +1,10 @@
-"""Shard files: what `build --shard K/N` writes and `merge` (aot/merge.py) reads.
+"""Shard files: a set of compiled kernels, serialised. `build --shard K/N` writes one
+(its plan's selection and its `Compiled`), `merge` (aot/merge.py) reads them back.
 
 A shard file is a zip of the kernels its variants compiled to (`kernels/<key>.pickle`,
-as the cache holds them) and `shard.json`: the build's selection, the key of every
-variant it covers, and the variants that failed. Its bytes depend only on its inputs.
+as the cache holds them) and `shard.json`: the build's selection, the toolchain that
+compiled them, the key of every variant it covers, and the variants that failed. Its
+bytes depend only on its inputs (aot/archive.py).
 """
 
 from __future__ import annotations
@@ -12,15 +14,18 @@ import json
 import pathlib
 import pickle
 import zipfile
-from collections.abc import Mapping, Sequence
-from importlib import metadata
+from collections.abc import Mapping
 from typing import Any
 
+from ntops_aot.aot import archive
+from ntops_aot.aot.cache import write_atomic
 from ntops_aot.aot.compile import CompiledKernel
+from ntops_aot.aot.compiled import Compiled
 from ntops_aot.aot.config import BuildOptions
 from ntops_aot.aot.errors import MergeError, VariantFailure
+from ntops_aot.aot.plan import Plan
 
-FORMAT = 1
+FORMAT = 2
 # What a shard's build chose: the merge must plan exactly the same build.
 SELECTION = (
     "arches",
@@ -33,42 +38,33 @@ SELECTION = (
     "max_num_configs",
     "ptx",
 )
-_EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
 def shard_name(shard: tuple[int, int]) -> str:
     return f"ntops_prebuilt-shard-{shard[0]}-of-{shard[1]}.zip"
 
 
-def write_shard(
-    options: BuildOptions,
-    keys: Mapping[str, str],
-    kernels: Mapping[str, Sequence[CompiledKernel]],
-    failures: Sequence[VariantFailure],
-) -> pathlib.Path:
-    """Write the shard file of a `--shard` build: `keys` maps its variants to keys."""
+def write(planned: Plan, compiled: Compiled) -> pathlib.Path:
+    """Write the shard file of a `--shard` build's plan and its compiled kernels."""
+    options = planned.options
     if options.shard is None:
-        raise ValueError("write_shard needs a build with --shard")
+        raise ValueError("a shard file is written by a build with --shard")
     header = {
         "format": FORMAT,
-        "ntops-aot": metadata.version("ntops-aot"),
+        "ntops-aot": planned.versions.ntops_aot,
+        "toolchain": planned.versions.compilers(),
         "shard": list(options.shard),
-        "selection": _selection(options),
-        "keys": dict(keys),
-        "failed": [dataclasses.asdict(failure) for failure in failures],
+        "selection": selection(options),
+        "keys": dict(planned.keys),
+        "failed": [dataclasses.asdict(failure) for failure in compiled.failures],
     }
     files = {"shard.json": json.dumps(header, indent=1, sort_keys=True).encode()}
-    for variant, key in keys.items():
-        if variant in kernels:
-            entry = pickle.dumps(list(kernels[variant]), protocol=pickle.HIGHEST_PROTOCOL)
+    for variant, key in planned.keys.items():
+        if variant in compiled.kernels:
+            entry = pickle.dumps(list(compiled.kernels[variant]), protocol=pickle.HIGHEST_PROTOCOL)
             files[f"kernels/{key}.pickle"] = entry
-    options.out_dir.mkdir(parents=True, exist_ok=True)
     path = options.out_dir / shard_name(options.shard)
-    partial = path.with_suffix(".partial")
-    with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for name, data in sorted(files.items()):
-            archive.writestr(zipfile.ZipInfo(name, date_time=_EPOCH), data, compresslevel=6)
-    partial.replace(path)
+    write_atomic(path, archive.zip_bytes(files))
     return path
 
 
@@ -78,46 +74,52 @@ class Shard:
     index: int  # K of K/N
     count: int  # N
     version: str  # ntops-aot's
-    selection: dict[str, Any]
-    keys: dict[str, str]  # variant id -> key
+    toolchain: Mapping[str, str]  # the compilers' versions (`Versions.compilers`)
+    selection: Mapping[str, Any]
+    keys: Mapping[str, str]  # variant id -> key
     failed: tuple[VariantFailure, ...]
 
-    def kernels(self) -> dict[str, list[CompiledKernel]]:
+    def kernels(self) -> dict[str, tuple[CompiledKernel, ...]]:
         """The kernels of every variant it compiled, by key."""
-        with zipfile.ZipFile(self.path) as archive:
+        with zipfile.ZipFile(self.path) as zipped:
             return {
-                name.removeprefix("kernels/").removesuffix(".pickle"): pickle.loads(
-                    archive.read(name)
+                name.removeprefix("kernels/").removesuffix(".pickle"): tuple(
+                    pickle.loads(zipped.read(name))
                 )
-                for name in archive.namelist()
+                for name in zipped.namelist()
                 if name.startswith("kernels/")
             }
 
 
 def read(path: pathlib.Path) -> Shard:
     try:
-        with zipfile.ZipFile(path) as archive:
-            header = json.loads(archive.read("shard.json"))
+        with zipfile.ZipFile(path) as zipped:
+            header = json.loads(zipped.read("shard.json"))
     except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
         raise MergeError(
             f"{path}: not a shard written by ntops-aot build --shard ({error})"
         ) from error
     if header.get("format") != FORMAT:
-        raise MergeError(f"{path}: shard format {header.get('format')}, this merge reads {FORMAT}")
-    selection = dict(header["selection"])
+        raise MergeError(
+            f"{path}: shard format {header.get('format')}, this merge reads {FORMAT}: "
+            "build the shards and merge them with the same ntops-aot"
+        )
+    chosen = dict(header["selection"])
     for name in ("arches", "ops", "dtypes", "ndims", "variants"):
-        if selection[name] is not None:
-            selection[name] = tuple(selection[name])
+        if chosen[name] is not None:
+            chosen[name] = tuple(chosen[name])
     return Shard(
         path,
         header["shard"][0],
         header["shard"][1],
         header["ntops-aot"],
-        selection,
+        header["toolchain"],
+        chosen,
         header["keys"],
         tuple(VariantFailure(**failure) for failure in header["failed"]),
     )
 
 
-def _selection(options: BuildOptions) -> dict[str, Any]:
+def selection(options: BuildOptions) -> dict[str, Any]:
+    """What of `options` decides which variants a build compiles, and how."""
     return {name: getattr(options, name) for name in SELECTION}

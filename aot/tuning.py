@@ -18,6 +18,7 @@ import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ntops_aot.aot import config
 from ntops_aot.aot.errors import BuildError
 from ntops_aot.aot.jobs import Build
 from ntops_aot.aot.space import ALL, Config, Range, Tuning, Variant
@@ -106,7 +107,8 @@ def check_toolchain(table: Table, toolchain: Mapping[str, str]) -> None:
             raise TuningError(
                 f"{table.path}: the table (first entry {first}) was measured with {name} "
                 f"{measured.get(name)}, this toolchain has {toolchain.get(name)}; tune again "
-                f"(ntops-aot tune --arch {table.arch} ...) or build with --no-tuning"
+                f"({config.command_line('tune', {'arch': (table.arch,)})} ...) or build "
+                "with --no-tuning"
             )
 
 
@@ -154,7 +156,7 @@ def check_variants(table: Table, known: Sequence[str]) -> None:
     if missing:
         raise TuningError(
             f"{table.path}: entry {missing[0]} names no variant the kernel files build "
-            f"for {table.arch} (list them: ntops-aot list --arch {table.arch})"
+            f"for {table.arch} (list them: {config.command_line('list', {'arch': (table.arch,)})})"
         )
 
 

@@ -1,7 +1,8 @@
 """Worker processes with a time limit and a memory bound per task.
 
-A pool of `jobs` long-lived processes (spawned clean, so each describes its own
-target to Triton) takes tasks one at a time. The parent watches each: a task that
+A pool of `jobs` long-lived processes (spawned clean, each with its own state, which
+`start` makes when the worker starts: the build's is a Toolchain) takes tasks one at
+a time. The parent watches each: a task that
 runs past `timeout` seconds, or whose worker (with the ptxas it runs) grows past
 `memory` bytes of resident memory, is killed with its whole process group and
 reported as a `Failure`; so is a worker that dies (a crash in LLVM, the OOM killer).
@@ -35,6 +36,7 @@ class Failure:
 
 
 Work = Callable[[Any], Any]
+Start = Callable[[], Work]  # run once in each worker: the work it then does per task
 Report = Callable[[Any, "Any | Failure", float], None]
 
 
@@ -48,14 +50,16 @@ class _Worker:
 
 def run(
     tasks: Iterable[Any],
-    work: Work,
+    start: Start,
     jobs: int,
     timeout: float | None,
     memory: int | None,
     report: Report,
 ) -> None:
-    """Run `work(task)` for every task on `jobs` workers; `report(task, result or
-    Failure, seconds)` as each ends, in the parent, in order of completion."""
+    """Run `work(task)` for every task on `jobs` workers, each with the `work` that
+    `start()` made in it (`start` is pickled: a module-level function or a partial of
+    one); `report(task, result or Failure, seconds)` as each ends, in the parent, in
+    order of completion."""
     pending = list(tasks)[::-1]
     context = multiprocessing.get_context("spawn")
     idle: list[_Worker] = []
@@ -63,7 +67,7 @@ def run(
     try:
         while pending or busy:
             while pending and len(busy) < jobs:
-                worker = idle.pop() if idle else _spawn(context, work)
+                worker = idle.pop() if idle else _spawn(context, start)
                 worker.task, worker.started = pending.pop(), time.monotonic()
                 worker.connection.send(worker.task)
                 busy.append(worker)
@@ -118,19 +122,20 @@ def _outcome(
     return None
 
 
-def _spawn(context: Any, work: Work) -> _Worker:
+def _spawn(context: Any, start: Start) -> _Worker:
     parent, child = context.Pipe()
-    process = context.Process(target=_serve, args=(child, work), daemon=True)
+    process = context.Process(target=_serve, args=(child, start), daemon=True)
     process.start()
     child.close()
     return _Worker(process, parent)
 
 
-def _serve(connection: multiprocessing.connection.Connection, work: Work) -> None:
+def _serve(connection: multiprocessing.connection.Connection, start: Start) -> None:
     """A worker's loop. Its own process group, so that killing it kills its ptxas too;
     the parent handles Ctrl-C for all."""
     os.setpgid(0, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    work = _started(start)
     while True:
         try:
             task = connection.recv()
@@ -148,6 +153,19 @@ def _serve(connection: multiprocessing.connection.Connection, work: Work) -> Non
             connection.send(reply)
         except (BrokenPipeError, OSError):
             return
+
+
+def _started(start: Start) -> Work:
+    """`start()`'s work; if it failed, work that reports why for every task."""
+    try:
+        return start()
+    except Exception as error:
+        failed = error
+
+        def fail(task: Any) -> Any:
+            raise failed
+
+        return fail
 
 
 def _kill(worker: _Worker) -> None:

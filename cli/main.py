@@ -16,9 +16,10 @@ from typing import Any
 import click
 
 from ntops_aot.aot import build as pipeline
-from ntops_aot.aot import config
+from ntops_aot.aot import config, wheels
 from ntops_aot.aot.errors import BuildError, NotAWheel
 from ntops_aot.aot.merge import merge as merge_shards
+from ntops_aot.aot.plan import plan
 from ntops_aot.cli.progress import Progress, duration
 from ntops_aot.cli.report import describe_wheel
 
@@ -40,34 +41,39 @@ def _reports_errors(command: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def _help(name: str, help: str) -> str:
+    """An option's help, with its default and environment variable from config.OPTIONS."""
+    default = config.OPTIONS[name].help_default
+    shown = f" [default: {default}]" if default is not None else ""
+    return f"{help}{shown} [env {config.env_name(name)}]"
+
+
 def _option(name: str, help: str, **kwargs: Any) -> Callable[..., Any]:
     """An option whose default comes from the layers below the command line."""
-    env = config.env_name(name)
-    return click.option(f"--{name}", default=None, help=f"{help} [env {env}]", **kwargs)
+    return click.option(f"--{name}", default=None, help=_help(name, help), **kwargs)
 
 
 def _flag(name: str, help: str) -> Callable[..., Any]:
-    env = config.env_name(name)
-    return click.option(f"--{name}/--no-{name}", default=None, help=f"{help} [env {env}]")
+    return click.option(f"--{name}/--no-{name}", default=None, help=_help(name, help))
 
 
 _SELECTION = [
-    _option("arch", "Arches, comma-separated (sm_80,sm_90) or 'all'. [default: sm_90]"),
-    _option("ops", "Ops: names or globs ('soft*'), comma-separated, or 'all'. [default: all]"),
+    _option("arch", "Arches, comma-separated (sm_80,sm_90) or 'all'."),
+    _option("ops", "Ops: names or globs ('soft*'), comma-separated, or 'all'."),
     _option("dtypes", "Only these dtypes (fp16,bf16,fp32)."),
     _option("ndims", "Only these ndims (1,2,3)."),
     _option("variants", "Only variant ids matching these globs ('rms_norm-sm_90-*')."),
     _option("shard", "Only the K-th of N deterministic shards of the variants (K/N)."),
-    _option("build-dir", "Generated sources and cubins. [default: generated]"),
-    _option("cache-dir", "The build cache. [default: BUILD_DIR/cache]"),
-    _option("tuning-dir", "Tuning tables, ARCH.json each. [default: kernels/tuning]"),
-    _flag("tuning", "Build each bucket's winner from the tuning tables. [default: on]"),
+    _option("build-dir", "Generated sources and cubins."),
+    _option("cache-dir", "The build cache."),
+    _option("tuning-dir", "Tuning tables, ARCH.json each."),
+    _flag("tuning", "Build each bucket's winner from the tuning tables."),
 ]
-_FOLDERS = [_option("out", "Where wheels (or the shard file) go. [default: dist]")]
+_FOLDERS = [_option("out", "Where wheels (or the shard file) go.")]
 _BUILD = [
-    _option("jobs", "Parallel compile processes. [default: the machine's cores]"),
-    _option("timeout", "Seconds one variant may compile ('none': no limit). [default: 900]"),
-    _option("max-memory", "MiB one compile process may use ('none'). [default: 6144]"),
+    _option("jobs", "Parallel compile processes."),
+    _option("timeout", "Seconds one variant may compile ('none': no limit)."),
+    _option("max-memory", "MiB one compile process may use ('none')."),
     _flag("keep-going", "Package what compiled; list failed variants in the manifest."),
     _flag("wheel-per-arch", "Also write one wheel per arch (version +sm90 etc.)."),
     _flag(
@@ -75,8 +81,8 @@ _BUILD = [
         "Also ship the PTX of the newest sm_80/86/89 built, for GPUs no cubin runs on: "
         "the CUDA driver JIT-compiles it at first use (with a warning).",
     ),
-    _option("num-warps", "Warps of every kernel. [default: each kernel file's]"),
-    _option("num-stages", "Pipeline stages of every kernel. [default: each kernel file's]"),
+    _option("num-warps", "Warps of every kernel."),
+    _option("num-stages", "Pipeline stages of every kernel."),
     _option("max-num-configs", "Cap on tile configurations per variant (files declare one)."),
 ]
 
@@ -125,7 +131,7 @@ def _build(options: config.BuildOptions) -> pipeline.BuildResult:
 
 
 def _warn_ptx(result: pipeline.BuildResult) -> None:
-    shipped = pipeline.ptx_kernels(result.kernels)
+    shipped = wheels.ptx_kernels(result.kernels)
     if not shipped:
         click.echo(
             "ntops-aot: warning: --ptx shipped no PTX: the PTX of sm_90a, sm_100a and sm_120a "
@@ -167,7 +173,7 @@ def tune(**values: Any) -> None:
 @_reports_errors
 def list_(**values: Any) -> None:
     """Print the selected variant ids, one a line, without building."""
-    for variant in pipeline.plan(_resolve(values)).variants:
+    for variant in plan(_resolve(values)).variants:
         click.echo(variant.id)
 
 

@@ -8,7 +8,7 @@ import sys
 import time
 from typing import TextIO
 
-from ntops_aot.aot.build import Event
+from ntops_aot.aot.compiled import Event
 
 
 def duration(seconds: float) -> str:

@@ -27,10 +27,18 @@ def build_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def registry(build_dir):
+def toolchain(build_dir):
+    """The test process's toolchain (a build's workers each make their own)."""
+    from ntops_aot.aot.toolchain import Toolchain
+
+    return Toolchain(build_dir / "cache" / "toolchain")
+
+
+@pytest.fixture(scope="session")
+def registry(toolchain):
     from ntops_aot.aot import ops
 
-    return ops.load_all(build_dir / "cache" / "toolchain")
+    return ops.load_all(toolchain)
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ import zipfile
 import pytest
 
 from ntops_aot.aot import build as pipeline
+from ntops_aot.aot.wheels import ptx_kernels
 from tests.wheels import install
 
 PLAN = """
@@ -109,7 +110,7 @@ def test_ptx_of_arch_specific_targets_is_not_shipped(wheels, registry):
         )
     ).kernels
     assert {kernel.target for kernel in kernels} == {"sm_90a", "sm_100a"}
-    assert pipeline.ptx_kernels(kernels) == []
+    assert ptx_kernels(kernels) == []
 
 
 def test_ptx_images_are_the_ptx_the_manifest_names(wheels, tmp_path):

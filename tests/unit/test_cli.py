@@ -24,7 +24,7 @@ def test_list_prints_variant_ids(tmp_path):
         "--arch",
         "sm_90",
         "--ops",
-        "soft*",
+        "softm*",
         "--dtypes",
         "fp16",
         "--build-dir",

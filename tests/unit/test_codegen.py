@@ -8,19 +8,22 @@ import sys
 
 import pytest
 
-from ntops_aot.aot import codegen, toolchain
+from ntops_aot.aot import codegen
 from ntops_aot.aot.space import Config, Variant
 from ntops_aot.aot.targets import TARGETS
 
 
-def generate(registry, variant, config=None):
-    toolchain.use_target(TARGETS[variant.arch])
-    op = registry[variant.op]
-    return codegen.generate(op, variant, config or op.config(variant))
+@pytest.fixture
+def generate(toolchain, registry):
+    def generate(variant, config=None):
+        op = registry[variant.op]
+        return codegen.generate(toolchain, op, variant, config or op.config(variant))
+
+    return generate
 
 
-def test_parameters_map_to_arguments(registry):
-    kernels = generate(registry, Variant("add", "sm_90", "fp16", 2))
+def test_parameters_map_to_arguments(generate):
+    kernels = generate(Variant("add", "sm_90", "fp16", 2))
     assert [k.spec.name for k in kernels] == ["i32-u111-a16", "i32-u111", "i32", "i64"]
     params = kernels[0].params
     names = [arg.name for arg in kernels[0].args]
@@ -32,8 +35,8 @@ def test_parameters_map_to_arguments(registry):
     assert len(params) == 3 * (1 + 2 + 2) + 1
 
 
-def test_specs_compile_unit_strides_as_constants(registry):
-    aligned, unit, generic, wide = generate(registry, Variant("add", "sm_90", "fp32", 1))
+def test_specs_compile_unit_strides_as_constants(generate):
+    aligned, unit, generic, wide = generate(Variant("add", "sm_90", "fp32", 1))
     assert aligned.signature.count("constexpr") == 3
     assert generic.signature.count("constexpr") == 0
     assert set(wide.signature) >= {"i64", "*fp32", "fp32"}
@@ -42,12 +45,12 @@ def test_specs_compile_unit_strides_as_constants(registry):
     assert unit.divisible == ()
 
 
-def test_element_wise_specialisations_stop_at_two_dims(registry):
+def test_element_wise_specialisations_stop_at_two_dims(generate):
     """Past 2 dims the flattened arrangement keeps nothing the specialisations assume:
     4-dim calls take the generic kernel."""
-    four = generate(registry, Variant("add", "sm_90", "fp16", 4, widest=True))
+    four = generate(Variant("add", "sm_90", "fp16", 4, widest=True))
     assert [k.spec.name for k in four] == ["i32", "i64"]
-    two = generate(registry, Variant("add", "sm_90", "fp16", 2))
+    two = generate(Variant("add", "sm_90", "fp16", 2))
     assert [k.spec.name for k in two][:2] == ["i32-u111-a16", "i32-u111"]
 
 
@@ -58,35 +61,35 @@ def test_specialised_ndims_need_the_generic_kernel():
         VariantSpace(dtypes=("fp16",), ndims=(4,), specs=("unit",), specialized_ndims=2)
 
 
-def test_64_bit_kernels_compute_offsets_in_64_bits(registry):
-    generic, wide = generate(registry, Variant("add", "sm_90", "fp32", 1))[2:]
+def test_64_bit_kernels_compute_offsets_in_64_bits(generate):
+    generic, wide = generate(Variant("add", "sm_90", "fp32", 1))[2:]
     assert "program_id(0).to(triton.language.int64)" in wide.source
     assert "program_id(0).to(" not in generic.source
     ast.parse(wide.source)
 
 
-def test_defaults_follow_the_target_not_the_host(registry):
+def test_defaults_follow_the_target_not_the_host(generate):
     """ninetoothed sizes its pipeline from the shared memory it is told about."""
     variant = Variant("softmax", "sm_86", "fp16", 2)
-    small = generate(registry, variant, Config())[0]
-    large = generate(registry, Variant("softmax", "sm_90", "fp16", 2), Config())[0]
+    small = generate(variant, Config())[0]
+    large = generate(Variant("softmax", "sm_90", "fp16", 2), Config())[0]
     assert small.num_stages == TARGETS["sm_86"].max_shared_mem // 2**15 == 3
     assert large.num_stages == TARGETS["sm_90"].max_shared_mem // 2**15 == 7
 
 
-def test_grids_are_expressions_over_sizes(registry):
-    kernel = generate(registry, Variant("softmax", "sm_90", "fp16", 2))[0]
+def test_grids_are_expressions_over_sizes(generate):
+    kernel = generate(Variant("softmax", "sm_90", "fp16", 2))[0]
     names = {node.id for node in ast.walk(ast.parse(kernel.grid)) if isinstance(node, ast.Name)}
     sizes = {p.name for p in kernel.params if p.kind == "size"}
     assert names
     assert names <= sizes
 
 
-def test_persistent_grids_are_capped_at_the_multiprocessors(registry):
+def test_persistent_grids_are_capped_at_the_multiprocessors(generate, registry):
     variant = Variant("mm", "sm_90", "bf16", 2, (("fp32_precision", "tf32"),))
     op = registry["mm"]
-    tiles = generate(registry, variant, op.config(variant, "batched"))[0]
-    persistent = generate(registry, variant, op.config(variant, "prefill"))[0]
+    tiles = generate(variant, op.config(variant, "batched"))[0]
+    persistent = generate(variant, op.config(variant, "prefill"))[0]
     assert op.config(variant, "prefill").persistent == 1
     assert "min" not in tiles.grid
     assert persistent.grid.startswith("min(")
@@ -106,11 +109,11 @@ def test_cluster_grids_count_clusters(registry):
     assert eval(grid, {"tiles": 512, codegen.MULTIPROCESSORS: 132}) == 66
 
 
-def test_constexpr_tensors_are_compiled_in_not_passed(registry):
+def test_constexpr_tensors_are_compiled_in_not_passed(generate):
     """A premake's constexpr tensors (a configuration's choices) become constants of
     the kernel: no argument of the call, no parameter of the launch."""
     variant = Variant("mm", "sm_90", "bf16", 2, (("fp32_precision", "tf32"),))
-    aligned = generate(registry, variant)[0]
+    aligned = generate(variant)[0]
     assert [arg.name for arg in aligned.args] == ["input", "other", "output"]
     constants = [p for p in aligned.params if p.kind == "constant"]
     assert {128, 256, 64, "tf32"} <= {p.value for p in constants}  # the tile, the precision
@@ -118,14 +121,14 @@ def test_constexpr_tensors_are_compiled_in_not_passed(registry):
     # TMA only where the spec guarantees 16-byte alignment: the premake saw the spec.
     assert "make_tensor_descriptor" in aligned.source
     tma = {p.name: p.value for p in constants}
-    generic = generate(registry, variant)[-2]
+    generic = generate(variant)[-2]
     assert generic.spec.name == "i32"
     assert {p.name: p.value for p in generic.params if p.kind == "constant"} != tma
 
 
-def test_generation_is_deterministic(registry):
+def test_generation_is_deterministic(generate):
     variant = Variant("rms_norm", "sm_90", "bf16", 3, (("weight", "given"),))
-    first, second = generate(registry, variant), generate(registry, variant)
+    first, second = generate(variant), generate(variant)
     assert [k.source for k in first] == [k.source for k in second]
 
 
@@ -151,8 +154,11 @@ def test_building_leaves_the_home_directory_alone(tmp_path):
 
 
 @pytest.mark.parametrize("arch", sorted(TARGETS))
-def test_every_target_describes_itself_to_triton(arch):
-    driver = toolchain.use_target(TARGETS[arch])
+def test_every_target_describes_itself_to_triton(toolchain, arch):
+    with toolchain.target(TARGETS[arch]) as driver:
+        import triton
+
+        assert triton.runtime.driver.active is driver
     properties = driver.utils.get_device_properties(driver.get_current_device())
     assert properties["max_shared_mem"] == TARGETS[arch].max_shared_mem
     assert driver.get_current_target().arch == TARGETS[arch].capability

@@ -1,6 +1,7 @@
 """Options layered once (command line > NTOPS_AOT_* > [tool.ntops-aot] > defaults),
 the exit code of each kind of failure, `inspect`, and what a cache key covers."""
 
+import dataclasses
 import os
 import pathlib
 import subprocess
@@ -9,7 +10,7 @@ import sys
 import pytest
 
 from ntops_aot.aot import cache as caching
-from ntops_aot.aot import config
+from ntops_aot.aot import config, versions
 from ntops_aot.aot.errors import ConfigError, UsageError
 from ntops_aot.aot.fingerprint import Sources
 
@@ -36,6 +37,65 @@ def test_defaults_without_any_layer(tmp_path):
     assert options.jobs == config.default_jobs()
     assert options.timeout == 900
     assert options.cache_root == pathlib.Path("generated/cache")
+
+
+def test_the_options_table_is_what_build_options_and_help_default_to(tmp_path):
+    """One table of defaults: BuildOptions, the layers with nothing set and the help
+    text of every command all say what config.OPTIONS says."""
+    from click.testing import CliRunner
+
+    from ntops_aot.cli.main import main
+
+    layered = config.resolve({}, environ={}, project=tmp_path)
+    for option in config.OPTIONS.values():
+        default = option.default() if callable(option.default) else option.default
+        assert getattr(config.BuildOptions(), option.field) == default, option.field
+        assert getattr(layered, option.field) == default, option.field
+    for command in ("build", "tune", "list", "merge"):
+        said = " ".join(CliRunner().invoke(main, [command, "--help"]).output.split())
+        for name, option in config.OPTIONS.items():
+            if f"--{name} " in said and option.help_default is not None:
+                assert f"[default: {option.help_default}] [env {config.env_name(name)}]" in said
+
+
+def test_a_command_line_reads_back_as_the_options_it_was_written_from(tmp_path):
+    from ntops_aot.cli import main as cli_main
+
+    options = config.BuildOptions(
+        arches=("sm_80", "sm_90"),
+        ops=("add", "soft*"),
+        ndims=(1, 2),
+        variants=("rms_norm-sm_90-fp16-nd2-weight=given",),
+        build_dir=tmp_path / "a dir",
+        jobs=1,
+        timeout=None,
+        max_memory=512,
+        keep_going=True,
+        shard=(2, 3),
+        num_warps=4,
+        tuning=False,
+    )
+    values = {name: getattr(options, option.field) for name, option in config.OPTIONS.items()}
+    written = config.command_line("build", values)
+    assert written.startswith("ntops-aot build --arch sm_80,sm_90 --ops 'add,soft*' ")
+    import shlex
+
+    context = cli_main.build.make_context("build", shlex.split(written)[2:])
+    assert cli_main._resolve(context.params) == options
+
+
+def test_a_reproducer_builds_its_variant_alone_with_the_options_that_reach_the_compiler():
+    from ntops_aot.aot.plan import reproduce
+    from ntops_aot.aot.space import Variant
+
+    variant = Variant("neg", "sm_80", "fp16", 2, widest=True)
+    options = config.BuildOptions(ndims=(1, 2), num_stages=2, tuning=False, jobs=8)
+    assert reproduce(variant, options) == (
+        "ntops-aot build --arch sm_80 --ops neg --ndims 1,2 --variants neg-sm_80-fp16-nd2 "
+        "--jobs 1 --num-stages 2 --no-tuning"
+    )
+    tuning = dataclasses.replace(options, candidates=True, tuning=True)
+    assert reproduce(variant, tuning).startswith("ntops-aot tune --arch sm_80 --ops neg ")
 
 
 def test_each_layer_overrides_the_one_below(tmp_path):
@@ -93,7 +153,7 @@ def test_exit_codes_by_kind_of_failure(tmp_path):
     assert bad_env.returncode == 3
     assert "ntops-aot: error: unknown setting NTOPS_AOT_JOBZ" in bad_env.stderr
 
-    (tmp_path / "pyproject.toml").write_text("[tool.ntops-aot]\nops = 'soft*'\ndtypes = 'fp16'\n")
+    (tmp_path / "pyproject.toml").write_text("[tool.ntops-aot]\nops = 'softm*'\ndtypes = 'fp16'\n")
     listed = cli("list", "--build-dir", tmp_path / "gen", cwd=tmp_path, environ=environ)
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.split() == ["softmax-sm_90-fp16-nd2", "softmax-sm_90-fp16-nd3"]
@@ -143,18 +203,18 @@ def test_a_key_covers_the_toolchain_triton_settings_variant_and_options(registry
 
     variants = enumeration.variants(registry, ["abs"], ["sm_80", "sm_90"], ("fp16",), (1,))
     module = registry["abs"].module.__name__
-    keys = caching.Keys({})
-    key = keys.variant(variants[0], module, {"num_warps": None})
+    compilers = versions.read().compilers()
+    keys = caching.Keys({}, compilers)
+
+    def key(keys=keys, variant=variants[0], options=None):
+        return keys.variant(variant, module, options or {"num_warps": None})
+
     for same in ({"TRITON_CACHE_DIR": "/elsewhere"}, {"TRITON_DISABLE_LINE_INFO": "1"}):
-        assert key == caching.Keys(same).variant(variants[0], module, {"num_warps": None})
-    assert key != caching.Keys({"TRITON_F32_DEFAULT": "ieee"}).variant(
-        variants[0], module, {"num_warps": None}
-    )
-    assert key != keys.variant(variants[1], module, {"num_warps": None})
-    assert key != keys.variant(variants[0], module, {"num_warps": 8})
-    other = caching.Keys({})
-    other.toolchain = {**other.toolchain, "triton": "0.0.0"}
-    assert key != other.variant(variants[0], module, {"num_warps": None})
+        assert key() == key(caching.Keys(same, compilers))
+    assert key() != key(caching.Keys({"TRITON_F32_DEFAULT": "ieee"}, compilers))
+    assert key() != key(variant=variants[1])
+    assert key() != key(options={"num_warps": 8})
+    assert key() != key(caching.Keys({}, {**compilers, "triton": "0.0.0"}))
 
 
 def test_wheel_per_arch_writes_one_wheel_per_arch(small_build, build_dir, tmp_path):

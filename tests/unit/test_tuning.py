@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from ntops_aot.aot import build as pipeline
-from ntops_aot.aot import space, tuning
-from ntops_aot.aot.cache import toolchain_versions
+from ntops_aot.aot import space, tuning, versions
+from ntops_aot.aot.config import BuildOptions
+from ntops_aot.aot.plan import plan
 from ntops_aot.aot.space import Config, Variant
 from ntops_aot.aot.tuning import TuningError
 
@@ -21,10 +21,8 @@ MM = Variant("mm", "sm_90", "bf16", 2, (("fp32_precision", "tf32"),))
 def planned(tmp_path_factory):
     """A plan of mm for sm_90 with no table, from a cache of its own."""
     root = tmp_path_factory.mktemp("tuning")
-    options = pipeline.BuildOptions(
-        arches=("sm_90",), ops=("mm",), build_dir=root, tuning_dir=root / "none"
-    )
-    return pipeline.plan(options)
+    options = BuildOptions(arches=("sm_90",), ops=("mm",), build_dir=root, tuning_dir=root / "none")
+    return plan(options)
 
 
 def table(path, entries, toolchain):
@@ -44,7 +42,7 @@ def entry(config):
 
 
 def plan_with(planned, directory):
-    return pipeline.plan(dataclasses.replace(planned.options, tuning_dir=directory))
+    return plan(dataclasses.replace(planned.options, tuning_dir=directory))
 
 
 def test_without_a_table_each_bucket_has_its_declared_default(planned):
@@ -63,7 +61,7 @@ def test_without_a_table_each_bucket_has_its_declared_default(planned):
 def test_a_table_entry_replaces_one_bucket_and_rekeys_only_its_variant(planned, tmp_path):
     op = planned.ops["mm"]
     winner = op.candidates[MM.id]["decode"][2]
-    directory = table(tmp_path, {MM.id: {"decode": entry(winner)}}, toolchain_versions())
+    directory = table(tmp_path, {MM.id: {"decode": entry(winner)}}, versions.read().compilers())
     tuned = plan_with(planned, directory)
     choices = tuned.choices[MM.id]
     assert choices["decode"].config.key == winner.key
@@ -74,7 +72,7 @@ def test_a_table_entry_replaces_one_bucket_and_rekeys_only_its_variant(planned, 
 
 
 def test_a_table_from_another_toolchain_is_refused(planned, tmp_path):
-    toolchain = {**toolchain_versions(), "triton": "0.0.1"}
+    toolchain = {**versions.read().compilers(), "triton": "0.0.1"}
     winner = planned.ops["mm"].candidates[MM.id]["decode"][1]
     directory = table(tmp_path, {MM.id: {"decode": entry(winner)}}, toolchain)
     with pytest.raises(TuningError, match=r"measured with triton 0\.0\.1") as caught:
@@ -85,7 +83,7 @@ def test_a_table_from_another_toolchain_is_refused(planned, tmp_path):
 
 def test_a_configuration_the_kernel_file_does_not_declare_is_refused(planned, tmp_path):
     stranger = Config({"block_size_m": 32, "block_size_n": 32, "block_size_k": 32}, 4, 2)
-    directory = table(tmp_path, {MM.id: {"decode": entry(stranger)}}, toolchain_versions())
+    directory = table(tmp_path, {MM.id: {"decode": entry(stranger)}}, versions.read().compilers())
     with pytest.raises(TuningError) as caught:
         plan_with(planned, directory)
     message = str(caught.value)
@@ -102,16 +100,16 @@ def test_a_configuration_the_kernel_file_does_not_declare_is_refused(planned, tm
     ],
 )
 def test_entries_that_name_nothing_are_refused(planned, tmp_path, entries, says):
-    directory = table(tmp_path, entries, toolchain_versions())
+    directory = table(tmp_path, entries, versions.read().compilers())
     with pytest.raises(TuningError, match=says):
         plan_with(planned, directory)
 
 
 def test_no_tuning_builds_the_defaults(planned, tmp_path):
     winner = planned.ops["mm"].candidates[MM.id]["decode"][1]
-    directory = table(tmp_path, {MM.id: {"decode": entry(winner)}}, toolchain_versions())
+    directory = table(tmp_path, {MM.id: {"decode": entry(winner)}}, versions.read().compilers())
     options = dataclasses.replace(planned.options, tuning_dir=directory, tuning=False)
-    assert pipeline.plan(options).keys == planned.keys
+    assert plan(options).keys == planned.keys
 
 
 def test_buckets_that_chose_alike_share_kernels():
@@ -198,7 +196,7 @@ def test_a_column_bound_needs_a_second_key():
 
 
 def test_the_cli_reports_a_bad_table_with_exit_code_3(planned, tmp_path):
-    directory = table(tmp_path, {MM.id: {"nowhere": {}}}, toolchain_versions())
+    directory = table(tmp_path, {MM.id: {"nowhere": {}}}, versions.read().compilers())
     run = subprocess.run(
         [*CLI, "list", "--ops", "mm", "--build-dir", tmp_path / "gen", "--tuning-dir", directory],
         capture_output=True,
@@ -225,8 +223,8 @@ def test_the_committed_tables_fit_the_kernel_files(tmp_path):
 
     arches = tuple(a for a in TARGETS if (tuning.tables_dir() / f"{a}.json").is_file())
     assert arches, "no committed tuning table"
-    options = pipeline.BuildOptions(arches=arches, ops=("all",), build_dir=tmp_path)
-    planned = pipeline.plan(options)
+    options = BuildOptions(arches=arches, ops=("all",), build_dir=tmp_path)
+    planned = plan(options)
     tuned = {
         v
         for v, choices in planned.choices.items()
@@ -262,7 +260,7 @@ def test_the_tuner_refuses_a_gpu_the_wheel_has_no_cubins_for(installed, monkeypa
     assert "ntops-aot tune --arch sm_80" in message
 
 
-def test_every_tuning_names_functions_that_exist(tmp_path):
+def test_every_tuning_names_functions_that_exist(registry):
     """A tuning run calls TUNING.function of ntops_prebuilt and TUNING.reference under
     torch (a dotted name), both with TUNING.options and those its switch_options add
     for a variant's switch values: the reference must exist, the runtime function
@@ -283,15 +281,14 @@ def test_every_tuning_names_functions_that_exist(tmp_path):
         for node in ast.parse(path.read_text()).body
         if isinstance(node, ast.FunctionDef)
     }
-    loaded = ops.load_all(tmp_path)
-    declared = {n: op.tuning for n, op in loaded.items() if op.tuning}
+    declared = {n: op.tuning for n, op in registry.items() if op.tuning}
     assert {"mm", "scaled_dot_product_attention"} <= set(declared)
     for name, declaration in declared.items():
         assert callable(functools.reduce(getattr, declaration.reference.split("."), torch))
         assert declaration.function in defined, name
         takes = set(defined[declaration.function])
         assert set(declaration.options) <= takes, name
-        switches = loaded[name].space.switches
+        switches = registry[name].space.switches
         for switch, values in declaration.switch_options.items():
             assert set(values) <= set(switches.get(switch, ())), (name, switch)
             for options in values.values():

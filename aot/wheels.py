@@ -1,0 +1,85 @@
+"""Stage 3 of a build: a plan and its compiled kernels -> the wheel(s).
+
+The one packaging path: `build` ends here, and so does `merge`, with the union of its
+shards' kernels. It renders the launcher, compiles it (cached by its sources) and
+writes the wheels: the only stage that writes outside the cache.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Sequence
+
+from ntops_aot.aot import cache as caching
+from ntops_aot.aot import package
+from ntops_aot.aot.compile import CompiledKernel
+from ntops_aot.aot.compiled import Compiled
+from ntops_aot.aot.manifest import manifest
+from ntops_aot.aot.plan import Plan
+from ntops_aot.aot.render import GroupDef, render_extension
+from ntops_aot.aot.space import Variant, group_key
+from ntops_aot.aot.targets import TARGETS
+
+
+def write(planned: Plan, compiled: Compiled) -> tuple[pathlib.Path, ...]:
+    """The wheel of every planned variant, and with --wheel-per-arch one per arch. A
+    tuning wheel (every candidate) is versioned `+tuning`."""
+    main = "tuning" if planned.options.candidates else None
+    wheels = [_write_wheel(planned, planned.variants, compiled, local=main)]
+    if planned.options.wheel_per_arch:
+        arches = sorted({v.arch for v in planned.variants}, key=list(TARGETS).index)
+        for arch in arches:
+            mine = tuple(v for v in planned.variants if v.arch == arch)
+            local = arch.replace("_", "")
+            wheels.append(_write_wheel(planned, mine, compiled, local))
+    return tuple(wheels)
+
+
+def _write_wheel(
+    planned: Plan, variants: Sequence[Variant], compiled: Compiled, local: str | None
+) -> pathlib.Path:
+    options, cache = planned.options, caching.Cache(planned.options.cache_root)
+    flat = list(compiled.flat(variants))
+    cubins = package.write_cubins(flat, options.build_dir / "cubins")
+    ptx = package.write_ptx(ptx_kernels(flat) if options.ptx else [], options.build_dir / "cubins")
+    sources = render_extension(flat, _groups(planned), cubins, ptx)
+    extension = package.compile_extension(
+        sources, options.build_dir / "extension" / (local or "all"), cache
+    )
+    ids = {variant.id for variant in variants}
+    contents = manifest(
+        version=planned.versions.ntops_aot + (f"+{local}" if local else ""),
+        toolchain=planned.versions.as_dict(),
+        options=options,
+        ops=planned.ops,
+        names=planned.names,
+        variants=variants,
+        kernels=compiled.kernels,
+        failures=[failure for failure in compiled.failures if failure.variant in ids],
+        ptx=ptx,
+        choices=planned.choices,
+    )
+    return package.write_wheel(extension, contents, options.out_dir)
+
+
+def _groups(planned: Plan) -> list[GroupDef]:
+    """Every op's kernel groups, built or not: the wheel's registry names them all."""
+    return [
+        GroupDef(
+            group_key(name, switches),
+            name,
+            op.space.coalesce,
+            op.space.allows_in_place,
+            op.tuning.keys if op.tuning else (),
+        )
+        for name, op in planned.ops.items()
+        for switches in op.space.all_switch_choices()
+    ]
+
+
+def ptx_kernels(kernels: Sequence[CompiledKernel]) -> list[CompiledKernel]:
+    """What --ptx ships: the kernels of the newest arch with portable PTX. PTX of an
+    arch-specific target (sm_90a, sm_100a, sm_120a) runs only where its cubin does."""
+    portable = [kernel for kernel in kernels if not kernel.target.endswith("a")]
+    newest = max((TARGETS[kernel.variant.arch].capability for kernel in portable), default=None)
+    return [kernel for kernel in portable if TARGETS[kernel.variant.arch].capability == newest]
