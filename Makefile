@@ -31,9 +31,13 @@ install: $(BIN)/python
 test:
 	$(PY) -m pytest tests -q
 
+# The launcher's hand-written C as .clang-format says (clang-format -i to fix).
+C_SOURCES := $(wildcard aot/csrc/*.c aot/csrc/*.h)
+
 lint:
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/clang-format --dry-run -Werror $(C_SOURCES)
 
 build:
 	$(BIN)/ntops-aot build --arch $(ARCH) --ops $(OPS) --out $(OUT)

@@ -1,41 +1,36 @@
-"""Stage 4: compiled kernels -> the C sources of the extension, from jinja templates.
+"""Stage 4: compiled kernels -> the C sources of the extension.
 
-Templates hold every line of C; this module only turns `CompiledKernel`s into the
-plain values the tables are made of. Rendering is strict: a name a template uses
-and this module does not give fails the build instead of printing nothing.
+The launcher itself is hand-written C (aot/csrc), copied as it is; jinja templates
+render only what the build decides: the kernel tables, the cubin embedding and the
+launcher's limits. This module only turns `CompiledKernel`s into the plain values
+the tables are made of. Rendering is strict: a name a template uses and this module
+does not give fails the build instead of printing nothing.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.resources
 import pathlib
 from collections.abc import Mapping, Sequence
-from importlib import metadata
 
 import jinja2
 
-from ntops_aot.aot import cexpr
+from ntops_aot.aot import cexpr, versions
 from ntops_aot.aot.codegen import MULTIPROCESSORS, Arg, assumptions
 from ntops_aot.aot.compile import CompiledKernel
 from ntops_aot.aot.errors import UnsupportedKernel
 from ntops_aot.aot.space import DTYPES
 from ntops_aot.aot.targets import TARGETS
 
-SOURCES = (
-    "ntops.h",
-    "launcher.h",
-    "driver.c",
-    "tensors.c",
-    "shapes.c",
-    "launch.c",
-    "kernels.c",
-    "cubins.S",
-)
-# The launcher's limits (ntops.h is rendered with them). Attention with a KV cache's new
-# entries and a causal offset takes 9 arguments.
+# The generated sources, each rendered from its template (`NAME.j2`).
+TEMPLATES = ("generated.h", "kernels.c", "cubins.S")
+# The launcher's limits (generated.h is rendered with them). Attention with a KV
+# cache's new entries and a causal offset takes 9 arguments.
 NT_MAX_DIMS = 8
 NT_MAX_ARGS = 12
 NT_MAX_PARAMS = 64
+NT_MAX_NAMES = 8  # named dims of one group (SPACE.dims): a batched product has 4
 
 _TYPES = {"i1": "NT_I1", "i32": "NT_I32", "i64": "NT_I64", "fp32": "NT_F32", "fp64": "NT_F64"}
 _KINDS = {
@@ -96,13 +91,15 @@ def render_extension(
             # Stable: within a variant, specs keep codegen's most-specialised-first order.
             key=lambda k: (k.variant.arch, dtype_index[k.variant.dtype], k.variant.ndim),
         )
+        names = _names(group, members)
         group_values.append(
             {
                 "key": group.key,
                 "op": group.op,
                 "coalesce": _COALESCE[group.coalesce],
                 "in_place": int(group.in_place),
-                "args": _args(group, members, dtype_index),
+                "args": _args(group, members, dtype_index, names),
+                "names": names,
                 "bucket_keys": _bucket_keys(group, members),
                 "first_kernel": len(ordered),
                 "num_kernels": len(members) + sum(k.id in ptx_paths for k in members),
@@ -123,8 +120,13 @@ def render_extension(
         kernel_values.append(_kernel(kernel, name, dtype_index, symbol, ptx))
 
     values = {
-        "version": metadata.version("ntops-aot"),
-        "limits": {"args": NT_MAX_ARGS, "dims": NT_MAX_DIMS, "params": NT_MAX_PARAMS},
+        "version": versions.read().ntops_aot,
+        "limits": {
+            "args": NT_MAX_ARGS,
+            "dims": NT_MAX_DIMS,
+            "params": NT_MAX_PARAMS,
+            "names": NT_MAX_NAMES,
+        },
         "kernels": kernel_values,
         "images": [{"symbol": symbol, "path": str(path)} for path, symbol in images.items()],
         "groups": group_values,
@@ -136,14 +138,30 @@ def render_extension(
         ],
     }
     env = environment()
-    return {name: env.get_template(f"{name}.j2").render(values) for name in SOURCES}
+    rendered = {name: env.get_template(f"{name}.j2").render(values) for name in TEMPLATES}
+    return {**launcher_sources(), **rendered}
+
+
+def launcher_sources() -> dict[str, str]:
+    """The hand-written C of the launcher by file name, to be compiled beside the
+    rendered files (so the extension's cache key covers it too)."""
+    folder = importlib.resources.files("ntops_aot.aot") / "csrc"
+    return {
+        entry.name: entry.read_text()
+        for entry in sorted(folder.iterdir(), key=lambda entry: entry.name)
+        if entry.name.endswith((".c", ".h"))
+    }
 
 
 def _args(
-    group: GroupDef, members: Sequence[CompiledKernel], dtype_index: Mapping[str, int]
+    group: GroupDef,
+    members: Sequence[CompiledKernel],
+    dtype_index: Mapping[str, int],
+    names: Sequence[str],
 ) -> list[dict[str, object]]:
-    """Each argument's flags and dtype rule: -1 for the call's dtype (that of its
-    first such tensor), or the index of the one dtype it always has (bool results)."""
+    """Each argument's flags, dtype rule and named dims. The rule is -1 for the call's
+    dtype (that of its first such tensor), or the index of the one dtype it always has
+    (bool results); each dim is the index of its name in `names`, or -1."""
     if not members:
         return []
     values = []
@@ -155,6 +173,8 @@ def _args(
                 flags.append("NT_OUTPUT")
             if arg.fixed or group.coalesce == "none":
                 flags.append("NT_FIXED")
+            if arg.broadcast:
+                flags.append("NT_BROADCAST")
         seen = {kernel.args[index].dtype for kernel in members}
         follows = all(k.args[index].dtype == DTYPES[k.variant.dtype].triton for k in members)
         if not arg.is_tensor or follows:
@@ -167,14 +187,53 @@ def _args(
                 f"{group.key}: argument {arg.name} has dtypes {sorted(seen)} across variants; "
                 "a tensor either follows the call's dtype or has one dtype of its own"
             )
+        dims = [names.index(name) for name in arg.dims]
         values.append(
-            {"name": arg.name, "flags": " | ".join(flags) or "0", "ndim": arg.ndim, "dtype": rule}
+            {
+                "name": arg.name,
+                "flags": " | ".join(flags) or "0",
+                "ndim": arg.ndim,
+                "dtype": rule,
+                "dims": dims + [-1] * (NT_MAX_DIMS - len(dims)),
+            }
         )
     return values
 
 
+def _names(group: GroupDef, members: Sequence[CompiledKernel]) -> list[str]:
+    """The group's named dims (SPACE.dims), in order of first use; checked as the
+    launcher needs them: on tensors it does not coalesce, one name per dim, and the
+    dims of an input that broadcasts named by the tensors it broadcasts against."""
+    args = members[0].args if members else ()
+    fixed = group.coalesce == "none"
+    for arg in (arg for arg in args if arg.dims):
+        if len(arg.dims) != arg.ndim:
+            raise UnsupportedKernel(
+                f"{group.key}: SPACE.dims gives {arg.name} {len(arg.dims)} names for its "
+                f"{arg.ndim} dims"
+            )
+        if not (arg.fixed or fixed):
+            raise UnsupportedKernel(
+                f"{group.key}: SPACE.dims names the dims of {arg.name}, which the launcher "
+                "coalesces; only tensors it does not (coalesce='none', SPACE.fixed) have them"
+            )
+    names = list(dict.fromkeys(name for arg in args for name in arg.dims))
+    bound = {name for arg in args if not arg.broadcast for name in arg.dims}
+    unbound = {name for arg in args if arg.broadcast for name in arg.dims} - bound
+    if unbound:
+        raise UnsupportedKernel(
+            f"{group.key}: dims {sorted(unbound)} are named only by inputs that broadcast "
+            "(SPACE.broadcast); name them on a tensor those inputs broadcast against"
+        )
+    if len(names) > NT_MAX_NAMES:
+        raise UnsupportedKernel(
+            f"{group.key}: {len(names)} named dims; the launcher takes at most {NT_MAX_NAMES}"
+        )
+    return names
+
+
 def _position(arg: Arg, dim: int) -> int:
-    """Where the launcher stores `dim` of this argument (NT_DIM in ntops.h)."""
+    """Where the launcher stores `dim` of this argument (NT_DIM in csrc/ntops.h)."""
     return NT_MAX_DIMS - arg.ndim + dim
 
 
