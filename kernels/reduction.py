@@ -5,6 +5,8 @@ elements, so one compiled kernel serves every row length: the runtime merges the
 leading dims, and an AOT build cannot specialise on the row length as a JIT would.
 """
 
+import ninetoothed.language as ntl
+
 from ntops_aot.aot.space import Config
 
 # 1024 elements per tile, 4 warps: a row of 8192 fp16 is 8 iterations of 16-byte loads.
@@ -26,9 +28,35 @@ def arrange_rows(tensor, block_size=BLOCK_SIZE):
     return arranged
 
 
+def arrangement(*tensors, block_size=BLOCK_SIZE):
+    """Every tensor by rows (`arrange_rows`): ops that read and write whole rows."""
+    return tuple(arrange_rows(tensor, block_size) for tensor in tensors)
+
+
 def arrange_vector(vector, rows, block_size=BLOCK_SIZE):
     """A (n,) vector read by every row of `rows` (the result of `arrange_rows`)."""
     arranged = vector.tile((block_size,)).tile((-1,))
     for _ in range(rows.ndim - 1):
         arranged = arranged.unsqueeze(0)
     return arranged.expand((*tuple(rows.shape[:-1]), -1))
+
+
+def online_max_sum(input, compute):
+    """The row's maximum and the sum of exp(x - maximum), in dtype `compute`, from one
+    pass over the tiles of `input` (arranged by `arrange_rows`, padded with -inf): the
+    running sum is rescaled whenever the maximum grows (online softmax). ninetoothed
+    inlines it into softmax's and log_softmax's applications.
+
+    While every element seen is -inf the sum stays 0 (exponents taken from 0, not
+    from -inf: -inf - -inf is NaN), so a row whose first tile is all -inf, as a
+    left-padded row masked with -inf is, sums its later elements as torch does; a
+    row of -inf only sums to 0, and its softmax is NaN as torch's is."""
+    row_max = ntl.cast(float("-inf"), compute)
+    row_sum = ntl.cast(0.0, compute)
+    for i in range(input.shape[0]):
+        x = ntl.cast(input[i], compute)
+        new_max = ntl.maximum(row_max, ntl.max(x, 0))
+        shift = ntl.where(new_max == float("-inf"), 0.0, new_max)
+        row_sum = row_sum * ntl.exp(row_max - shift) + ntl.sum(ntl.exp(x - shift), 0)
+        row_max = new_max
+    return row_max, row_sum
