@@ -6,28 +6,33 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
+from ntops_aot.aot import config
 from ntops_aot.aot import ops as registry
 from ntops_aot.aot.cache import Cache, Keys
 from ntops_aot.aot.errors import UsageError
 from ntops_aot.aot.ops import OpInfo
 from ntops_aot.aot.space import DTYPES, Variant
 from ntops_aot.aot.targets import TARGETS
+from ntops_aot.aot.toolchain import Toolchain
 
 
-def scan(cache: Cache, keys: Keys) -> dict[str, OpInfo]:
-    """Every op, by name, in sorted order. A kernel file is imported (and with it
-    ninetoothed, Triton and torch) only when it or a module it imports changed."""
-    found = {}
+def scan(
+    cache: Cache, keys: Keys, toolchain: Toolchain
+) -> tuple[dict[str, OpInfo], dict[str, Any]]:
+    """Every op, by name, in sorted order, and the cache entries the cache lacked (by
+    key), which the caller stores: a kernel file is imported (and with it ninetoothed,
+    Triton and torch) only when it or a module it imports changed."""
+    found, learned = {}, {}
     for module in registry.kernel_modules():
         key = keys.op(module)
         entry = cache.load("ops", key)
         if entry is None:
-            entry = {"op": registry.read_op(module, cache.toolchain_dir)}
-            cache.store("ops", key, entry)
+            entry = learned[key] = {"op": registry.read_op(module, toolchain)}
         if entry["op"] is not None:
             found[entry["op"].name] = entry["op"]
-    return found
+    return found, learned
 
 
 def select_ops(ops: Mapping[str, OpInfo], patterns: Iterable[str]) -> list[str]:
@@ -81,10 +86,8 @@ def variants(
         found = [v for v in found if any(fnmatch.fnmatchcase(v.id, p) for p in patterns)]
     if not found:
         if patterns is not None:
-            raise UsageError(
-                f"no variant matches {', '.join(patterns)}; list them: ntops-aot list "
-                f"--ops {','.join(op_names)} --arch {','.join(arches)}"
-            )
+            listing = config.command_line("list", {"arch": arches, "ops": op_names})
+            raise UsageError(f"no variant matches {', '.join(patterns)}; list them: {listing}")
         raise UsageError(
             f"nothing to build: ops {', '.join(op_names)} have no variant with dtypes "
             f"{dtypes or 'any'} and ndims {ndims or 'any'}"

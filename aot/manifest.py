@@ -63,6 +63,7 @@ def manifest(
                     for switches in op.space.all_switch_choices()
                 },
                 "tuning": _tuning(op.tuning),
+                "apis": [dict(api) for api in op.apis],
             }
             for name, op in ops.items()
         },

@@ -8,17 +8,16 @@ needs only each op's `SPACE` (`OpInfo`, which the cache keeps: see
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import importlib.util
-import pathlib
 import pkgutil
 from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
-from ntops_aot.aot import toolchain
+from ntops_aot.aot import api
 from ntops_aot.aot.space import ALL, DTYPES, Config, Tuning, Variant, VariantSpace
 from ntops_aot.aot.targets import TARGETS
+from ntops_aot.aot.toolchain import Toolchain
 
 KERNELS_PACKAGE = "ntops_aot.kernels"
 
@@ -37,6 +36,9 @@ class OpInfo:
     candidates: Mapping[str, Mapping[str, tuple[Config, ...]]] = dataclasses.field(
         default_factory=dict
     )
+    # The torch functions the op's kernels serve, as the wheel describes them
+    # (`api.describe`): the op's own first.
+    apis: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def buckets(self) -> tuple[str, ...]:
@@ -86,6 +88,18 @@ class OpDef:
         found: tuple[int, int] = self.module.workspace(config)
         return found
 
+    def apis(self) -> tuple[dict[str, Any], ...]:
+        """The file's `API` (one `Api` or a tuple of them), described for the wheel."""
+        declared = getattr(self.module, "API", None)
+        if declared is None:
+            raise ValueError(
+                f"{self.module.__name__}: no API: declare the torch function the op is "
+                "beside SPACE (`API = Api(...)`, see aot/api.py and README's Adding an op)"
+            )
+        declared = declared if isinstance(declared, tuple) else (declared,)
+        module = self.module.__name__
+        return tuple(api.describe(self.name, one, self.space.switches, module) for one in declared)
+
     @property
     def premake_takes_spec(self) -> bool:
         """A premake with a `spec` parameter generates code per specialisation (e.g.
@@ -107,26 +121,26 @@ def kernel_modules() -> list[str]:
     return [f"{KERNELS_PACKAGE}.{info.name}" for info in sorted(infos, key=lambda i: i.name)]
 
 
-def read_space(module: str, toolchain_dir: pathlib.Path) -> VariantSpace | None:
+def read_space(module: str, toolchain: Toolchain) -> VariantSpace | None:
     """Import kernel module `module` and return its `SPACE` (None: not an op)."""
-    space = getattr(_import(module, toolchain_dir), "SPACE", None)
+    space = getattr(toolchain.import_module(module), "SPACE", None)
     return space if isinstance(space, VariantSpace) else None
 
 
-def read_op(module: str, toolchain_dir: pathlib.Path) -> OpInfo | None:
+def read_op(module: str, toolchain: Toolchain) -> OpInfo | None:
     """What planning needs of kernel module `module` (None: not an op): its space,
     tuning declaration, and every variant's defaults and candidates, per bucket."""
-    space = read_space(module, toolchain_dir)
+    space = read_space(module, toolchain)
     if space is None:
         return None
     name = module.rpartition(".")[2]
-    op = load(name, toolchain_dir)
+    op = load(name, toolchain)
     defaults, candidates = {}, {}
     for variant in every_variant(name, space):
         buckets = op.tuning.names if op.tuning else (ALL,)
         defaults[variant.id] = {b: op.config(variant, b) for b in buckets}
         candidates[variant.id] = {b: op.candidates(variant, b) for b in buckets}
-    return OpInfo(name, module, space, op.tuning, defaults, candidates)
+    return OpInfo(name, module, space, op.tuning, defaults, candidates, op.apis())
 
 
 def every_variant(name: str, space: VariantSpace) -> list[Variant]:
@@ -141,21 +155,16 @@ def every_variant(name: str, space: VariantSpace) -> list[Variant]:
     ]
 
 
-def load(name: str, toolchain_dir: pathlib.Path) -> OpDef:
-    """Import op `name`'s kernel file, with the toolchain pointed at `toolchain_dir`."""
-    return OpDef(name, _import(f"{KERNELS_PACKAGE}.{name}", toolchain_dir))
+def load(name: str, toolchain: Toolchain) -> OpDef:
+    """Import op `name`'s kernel file, with `toolchain` loaded."""
+    return OpDef(name, toolchain.import_module(f"{KERNELS_PACKAGE}.{name}"))
 
 
-def _import(module: str, toolchain_dir: pathlib.Path) -> ModuleType:
-    toolchain.load(toolchain_dir)
-    return importlib.import_module(module)
-
-
-def load_all(toolchain_dir: pathlib.Path) -> dict[str, OpDef]:
+def load_all(toolchain: Toolchain) -> dict[str, OpDef]:
     """Every op's kernel file, imported, by name (tests and tools; builds use `scan`)."""
     found = {}
     for module in kernel_modules():
         name = module.rpartition(".")[2]
-        if read_space(module, toolchain_dir) is not None:
-            found[name] = load(name, toolchain_dir)
+        if read_space(module, toolchain) is not None:
+            found[name] = load(name, toolchain)
     return found

@@ -9,33 +9,29 @@ only on its inputs: entries sorted, timestamps fixed, no build paths inside.
 from __future__ import annotations
 
 import base64
-import functools
 import hashlib
 import importlib.resources
 import importlib.util
 import json
-import os
 import pathlib
-import platform
 import shutil
 import subprocess
 import sysconfig
 import zipfile
 from collections.abc import Mapping, Sequence
-from importlib import metadata
 from typing import Any
 
-from ntops_aot.aot import manylinux
+from ntops_aot.aot import archive, exports, manylinux
 from ntops_aot.aot.cache import Cache, extension_key, write_atomic
 from ntops_aot.aot.compile import CompiledKernel
 from ntops_aot.aot.errors import ExtensionBuildError
+from ntops_aot.aot.versions import compiler, compiler_version
 
 DISTRIBUTION = "ntops_prebuilt"
 PYTHON_TAG = "cp310"  # the limited API of CPython 3.10 and newer
 LIMITED_API = "0x030A0000"
 # Compilers must take these; tests add -Werror.
 CFLAGS = ("-O2", "-std=gnu11", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra")
-_EPOCH = (1980, 1, 1, 0, 0, 0)  # zip's earliest date: no build time in the wheel
 
 
 def platform_tag(extension: bytes) -> str:
@@ -74,10 +70,6 @@ def _write_images(
             write_atomic(path, image)
         paths[kernel_id] = path
     return paths
-
-
-def compiler() -> str:
-    return os.environ.get("CC") or sysconfig.get_config_var("CC").split()[0] or "cc"
 
 
 def include_dirs() -> list[pathlib.Path]:
@@ -142,22 +134,6 @@ def compile_extension(
     return output
 
 
-@functools.cache
-def compiler_version() -> str:
-    try:
-        run = subprocess.run([compiler(), "--version"], capture_output=True, text=True, check=True)
-        return run.stdout.splitlines()[0]
-    except (OSError, subprocess.CalledProcessError, IndexError):
-        return "unknown"
-
-
-def toolchain_versions() -> dict[str, str]:
-    versions = {name: metadata.version(name) for name in ("ntops-aot", "ninetoothed", "triton")}
-    versions["python"] = platform.python_version()
-    versions["cc"] = compiler_version()
-    return versions
-
-
 def runtime_files() -> dict[str, bytes]:
     """The hand-written part of ntops_prebuilt, shipped as is."""
     folder = importlib.resources.files("ntops_aot.aot") / "runtime"
@@ -175,6 +151,8 @@ def write_wheel(
     library = extension.read_bytes()
     tag = platform_tag(library)  # of the library shipped, a cached one included
     files = {f"{DISTRIBUTION}/{name}": data for name, data in runtime_files().items()}
+    for name, text in exports.render(manifest).items():  # the Python the kernel files declare
+        files[f"{DISTRIBUTION}/{name}"] = text.encode()
     files[f"{DISTRIBUTION}/_C.abi3.so"] = library
     files[f"{DISTRIBUTION}/manifest.json"] = (
         json.dumps(manifest, indent=1, sort_keys=True) + "\n"
@@ -183,7 +161,7 @@ def write_wheel(
     files[f"{dist_info}/METADATA"] = _metadata(version).encode()
     files[f"{dist_info}/WHEEL"] = (
         "Wheel-Version: 1.0\n"
-        f"Generator: ntops-aot {metadata.version('ntops-aot')}\n"
+        f"Generator: ntops-aot {manifest['toolchain']['ntops-aot']}\n"
         "Root-Is-Purelib: false\n"
         f"Tag: {PYTHON_TAG}-abi3-{tag}\n"
     ).encode()
@@ -195,16 +173,7 @@ def write_wheel(
     path = out_dir / wheel_name(version, tag)
     if _record(path) == files[f"{dist_info}/RECORD"]:
         return path  # the same files: the same bytes (nothing in a wheel varies)
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as wheel:
-        for name, data in sorted(files.items()):
-            info = zipfile.ZipInfo(name, date_time=_EPOCH)
-            info.external_attr = (0o755 if name.endswith(".so") else 0o644) << 16
-            info.compress_type = zipfile.ZIP_DEFLATED
-            # Level 6: 72 MB of launcher deflate to 18.3 MB in 3 s; level 9 gains 0.5 MB
-            # for 21.5 s more (measured on the --ops all sm_90 extension, 2-core host).
-            wheel.writestr(info, data, compresslevel=6)
-    os.replace(partial, path)
+    write_atomic(path, archive.zip_bytes(files))
     return path
 
 

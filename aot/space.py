@@ -63,7 +63,12 @@ class VariantSpace:
     to some dtypes: for the others only its first value is built. `in_place` says
     whether an output may be the very tensor an input is (element-wise ops).
     `workspace` names a tensor the launcher allocates (and partly zeroes) for
-    each launch, e.g. for programs that combine partial results.
+    each launch, e.g. for programs that combine partial results. `dims` names the
+    dims of tensors the runtime does not coalesce (`fixed` ones, or all where
+    `coalesce` is "none"): dims of one name have one size, which the launcher
+    checks and allocates outputs by (mm: input ("rows", "inner"), other ("inner",
+    "columns"), output ("rows", "columns")); `broadcast` inputs may have fewer dims
+    or dims of size 1 there, as torch broadcasts (addmm's added tensor).
     """
 
     dtypes: tuple[str, ...]
@@ -87,6 +92,8 @@ class VariantSpace:
     # A premake scalar (int64) the launcher sets to a number no other launch of the
     # process has, e.g. to tag counters in a workspace it need not zero.
     launch_id: str | None = None
+    dims: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    broadcast: tuple[str, ...] = ()
 
     @property
     def allows_in_place(self) -> bool:
@@ -104,6 +111,8 @@ class VariantSpace:
             raise ValueError(f"specs must be some of {SPECS}, not {self.specs}")
         if self.specialized_ndims is not None and "generic" not in self.specs:
             raise ValueError("specialized_ndims needs the generic kernel for wider calls")
+        if set(self.broadcast) - set(self.dims) or set(self.broadcast) & set(self.outputs):
+            raise ValueError("broadcast names an output, or an input whose dims are not named")
 
     def switch_choices(self, dtype: str) -> list[tuple[tuple[str, str], ...]]:
         """Every combination of switch values built for `dtype`, in declared order."""

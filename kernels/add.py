@@ -3,6 +3,7 @@
 import ninetoothed
 import ninetoothed.language as ntl
 
+from ntops_aot.aot.api import Api, sample
 from ntops_aot.aot.space import FLOATS, VariantSpace
 from ntops_aot.kernels import element_wise
 
@@ -11,6 +12,20 @@ SPACE = VariantSpace(
     ndims=element_wise.NDIMS,
     specialized_ndims=element_wise.SPECIALIZED_NDIMS,
     switches=element_wise.OTHER,
+)
+
+API = Api(
+    "(Tensor input, Tensor|Number other, *, Scalar alpha=1, Tensor? out=None)",
+    "torch.add",
+    samples=(
+        sample(input=(6, 42, 123), other=(6, 42, 123)),
+        sample(input=(6, 42, 123), other=(42, 1)),
+        sample(input=(5, 1, 7), other=(1, 3, 7)),
+        sample(input=(6, 42, 123), other=3),
+        sample(input=(6, 42), other=()),
+        sample(input=(6, 42, 123), other=(123,), alpha=2),
+        sample(input=(7, 5), other=2, alpha=3),
+    ),
 )
 
 arrangement = element_wise.arrangement

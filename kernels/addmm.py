@@ -1,12 +1,13 @@
 """addmm: output = beta * input + alpha * (mat1 @ mat2) (torch.addmm), in fp32.
 
-The runtime expands `input` to the output's shape (stride 0, no copy). With beta 0,
+The launcher broadcasts `input` to the output's shape (stride 0, no copy). With beta 0,
 `input` is not added at all, so NaNs in it do not reach the result, as in torch.
 The tile loop, its configurations and their buckets are matmul.py's.
 """
 
 import functools
 
+from ntops_aot.aot.api import Api, sample
 from ntops_aot.aot.space import Operand, Tuning
 from ntops_aot.kernels import matmul
 
@@ -20,8 +21,29 @@ def _square(m, k, n):
     return (Operand((n,)), *matmul.row_major(m, k, n))
 
 
-# The added tensor comes broadcast in many layouts: no kernel assumes one.
-SPACE = matmul.space(2, unspecialized=("input",))
+# The added tensor broadcasts to the product's shape, so it comes in many layouts: no
+# kernel assumes one.
+SPACE = matmul.space(
+    2,
+    dims={
+        "input": ("rows", "columns"),
+        "mat1": ("rows", "inner"),
+        "mat2": ("inner", "columns"),
+        "output": ("rows", "columns"),
+    },
+    broadcast=("input",),
+    unspecialized=("input",),
+)
+
+API = Api(
+    "(Tensor input, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1, Tensor? out=None)",
+    "torch.addmm",
+    wrapper="_matmul",
+    samples=(
+        sample(input=(29,), mat1=(37, 64), mat2=(64, 29)),
+        sample(input=(37, 29), mat1=(37, 64), mat2=(64, 29), beta=0.5, alpha=2),
+    ),
+)
 TUNING = Tuning(
     function="addmm",
     reference="addmm",

@@ -1,5 +1,6 @@
 """bitwise_not: ~input (torch.bitwise_not); for bool tensors, logical not."""
 
+from ntops_aot.aot.api import Api, sample
 from ntops_aot.aot.space import BOOL, INTEGERS, VariantSpace
 from ntops_aot.kernels import element_wise
 
@@ -7,6 +8,16 @@ SPACE = VariantSpace(
     dtypes=INTEGERS + BOOL,
     ndims=element_wise.NDIMS,
     specialized_ndims=element_wise.SPECIALIZED_NDIMS,
+)
+
+API = Api(
+    "(Tensor input, *, Tensor? out=None)",
+    "torch.bitwise_not",
+    samples=(
+        sample(input=(6, 42, 123)),
+        sample(input=()),
+        sample(input=(0, 5)),
+    ),
 )
 
 arrangement = element_wise.arrangement

@@ -4,6 +4,7 @@ configurations and their buckets are matmul.py's."""
 
 import functools
 
+from ntops_aot.aot.api import Api, sample
 from ntops_aot.aot.space import Operand, Tuning
 from ntops_aot.kernels import matmul
 
@@ -17,7 +18,21 @@ def _square(m, k, n):
     return (Operand((8, m, k)), Operand((8, k, n)))
 
 
-SPACE = matmul.space(3)
+SPACE = matmul.space(
+    3,
+    dims={
+        "input": ("batch", "rows", "inner"),
+        "other": ("batch", "inner", "columns"),
+        "output": ("batch", "rows", "columns"),
+    },
+)
+
+API = Api(
+    "(Tensor input, Tensor mat2, *, Tensor? out=None)",
+    "torch.bmm",
+    wrapper="_matmul",
+    samples=(sample(input=(3, 37, 64), mat2=(3, 64, 29)),),
+)
 TUNING = Tuning(
     function="bmm",
     reference="bmm",

@@ -13,6 +13,7 @@ import ninetoothed
 import ninetoothed.language as ntl
 from ninetoothed import Tensor
 
+from ntops_aot.aot.api import Api, sample
 from ntops_aot.aot.space import FLOATS, VariantSpace
 from ntops_aot.kernels import element_wise
 
@@ -22,6 +23,19 @@ SPACE = VariantSpace(
     ndims=element_wise.NDIMS,
     specialized_ndims=element_wise.SPECIALIZED_NDIMS,
     switches={"min": BOUND, "max": BOUND},
+)
+
+API = Api(
+    "(Tensor input, Tensor|Number? min=None, Tensor|Number? max=None, *, Tensor? out=None)",
+    "torch.clamp",
+    wrapper="_clamp",
+    samples=(
+        sample(input=(6, 42, 123), min=-0.5, max=0.5),
+        sample(input=(6, 42, 123), min=-0.5),
+        sample(input=(6, 42, 123), max=0.25),
+        sample(input=(6, 42, 123), min=(42, 1), max=(123,)),
+        sample(input=(6, 42, 123), min=(6, 42, 123)),
+    ),
 )
 
 arrangement = element_wise.arrangement

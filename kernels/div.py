@@ -17,6 +17,7 @@ below fp32's normal range still comes out as zero (1e-39 / 3 is 0, not 3.3e-40).
 import ninetoothed.language as ntl
 from ninetoothed.language import libdevice
 
+from ntops_aot.aot.api import Api, sample
 from ntops_aot.aot.space import FLOATS, VariantSpace
 from ntops_aot.kernels import element_wise
 
@@ -25,6 +26,20 @@ SPACE = VariantSpace(
     ndims=element_wise.NDIMS,
     specialized_ndims=element_wise.SPECIALIZED_NDIMS,
     switches={"rounding_mode": ("none", "trunc", "floor"), **element_wise.OTHER},
+)
+
+API = Api(
+    "(Tensor input, Tensor|Number other, *, str? rounding_mode=None, Tensor? out=None)",
+    "torch.div",
+    samples=(
+        sample(input=(6, 42, 123), other=(6, 42, 123)),
+        sample(input=(6, 42, 123), other=(42, 1)),
+        sample(input=(5, 1, 7), other=(1, 3, 7)),
+        sample(input=(6, 42, 123), other=3),
+        sample(input=(6, 42), other=()),
+        sample(input=(6, 42, 123), other=(6, 42, 123), rounding_mode="trunc"),
+        sample(input=(6, 42, 123), other=3, rounding_mode="floor"),
+    ),
 )
 
 arrangement = element_wise.arrangement

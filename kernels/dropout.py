@@ -9,11 +9,22 @@ order plus the offset.
 import ninetoothed
 import ninetoothed.language as ntl
 
+from ntops_aot.aot.api import Api, sample
 from ntops_aot.aot.space import FLOATS, VariantSpace
 from ntops_aot.kernels import element_wise
 
 SPACE = VariantSpace(
     dtypes=FLOATS, ndims=element_wise.NDIMS, specialized_ndims=element_wise.SPECIALIZED_NDIMS
+)
+
+API = Api(
+    "(Tensor input, float p=0.5, bool training=True, bool inplace=False)",
+    "torch.nn.functional.dropout",
+    wrapper="_dropout",
+    samples=(
+        sample(input=(6, 42, 123), p=0.5, training=False),
+        sample(input=(6, 42, 123), p=0.0),
+    ),
 )
 
 arrangement = element_wise.arrangement

@@ -3,6 +3,7 @@
 import ninetoothed.language as ntl
 from ninetoothed.language import libdevice
 
+from ntops_aot.aot.api import Api, sample
 from ntops_aot.aot.space import FLOATS, VariantSpace
 from ntops_aot.kernels import element_wise
 
@@ -11,6 +12,17 @@ SPACE = VariantSpace(
     ndims=element_wise.NDIMS,
     specialized_ndims=element_wise.SPECIALIZED_NDIMS,
     switches={"approximate": ("none", "tanh")},
+)
+
+API = Api(
+    "(Tensor input, str approximate='none')",
+    "torch.nn.functional.gelu",
+    samples=(
+        sample(input=(6, 42, 123)),
+        sample(input=()),
+        sample(input=(0, 5)),
+        sample(input=(6, 42, 123), approximate="tanh"),
+    ),
 )
 
 arrangement = element_wise.arrangement

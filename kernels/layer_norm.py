@@ -12,6 +12,7 @@ import ninetoothed
 import ninetoothed.language as ntl
 from ninetoothed import Tensor
 
+from ntops_aot.aot.api import Api, sample
 from ntops_aot.aot.space import FLOATS, VariantSpace
 from ntops_aot.kernels import reduction
 
@@ -21,6 +22,18 @@ SPACE = VariantSpace(
     switches={"weight": ("given", "none"), "bias": ("given", "none")},
     coalesce="leading",
     fixed=("weight", "bias"),
+)
+
+API = Api(
+    "(Tensor input, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None,"
+    " float eps=1e-05)",
+    "torch.nn.functional.layer_norm",
+    wrapper="_layer_norm",
+    samples=(
+        sample(input=(6, 42, 123), normalized_shape=[123], weight=(123,), bias=(123,)),
+        sample(input=(6, 42, 123), normalized_shape=[42, 123]),
+        sample(input=(6, 42, 123), normalized_shape=[123], bias=(123,)),
+    ),
 )
 
 

@@ -32,16 +32,20 @@ _BIG_SHARED = ("sm_90", "sm_100")
 _TMA = ("sm_90", "sm_100", "sm_120")
 
 
-def space(ndim, unspecialized=()):
-    dims = {name: tuple(d + ndim for d in dims) for name, dims in UNIT_DIMS.items()}
+def space(ndim, dims, broadcast=(), unspecialized=()):
+    """A product's variant space; `dims` names each operand's dims (SPACE.dims), by
+    which the launcher checks the operands' shapes and allocates the product."""
+    unit_dims = {name: tuple(d + ndim for d in dims) for name, dims in UNIT_DIMS.items()}
     return VariantSpace(
         dtypes=FLOATS,
         ndims=(ndim,),
         switches=PRECISION,
         switch_dtypes={"fp32_precision": ("fp32",)},
         coalesce="none",
-        unit_dims=dims,
+        unit_dims=unit_dims,
         unspecialized=unspecialized,
+        dims=dims,
+        broadcast=broadcast,
         in_place=False,
         workspace="workspace",
         launch_id="launch",

@@ -8,10 +8,39 @@ matmul.py's.
 
 import functools
 
+from ntops_aot.aot.api import Api, sample
 from ntops_aot.aot.space import Tuning
 from ntops_aot.kernels import matmul
 
-SPACE = matmul.space(2)
+SPACE = matmul.space(
+    2,
+    dims={"input": ("rows", "inner"), "other": ("inner", "columns"), "output": ("rows", "columns")},
+)
+
+_MM = Api(
+    "(Tensor input, Tensor mat2, *, Tensor? out=None)",
+    "torch.mm",
+    wrapper="_matmul",
+    samples=(
+        sample(input=(37, 64), mat2=(64, 29)),
+        sample(input=(1, 4096), mat2=(4096, 96)),
+    ),
+)
+API = (
+    _MM,
+    Api(
+        "(Tensor input, Tensor other, *, Tensor? out=None)",
+        "torch.matmul",
+        wrapper="_matmul",
+        name="matmul",
+        samples=(
+            sample(input=(64,), other=(64, 29)),
+            sample(input=(37, 64), other=(64,)),
+            sample(input=(3, 37, 64), other=(64, 29)),
+            sample(input=(2, 3, 37, 64), other=(3, 64, 29)),
+        ),
+    ),
+)
 TUNING = Tuning(
     function="mm",
     reference="mm",

@@ -2,6 +2,7 @@
 
 import ninetoothed.language as ntl
 
+from ntops_aot.aot.api import Api, sample
 from ntops_aot.aot.space import FLOATS, VariantSpace
 from ntops_aot.kernels import element_wise
 
@@ -10,6 +11,18 @@ SPACE = VariantSpace(
     ndims=element_wise.NDIMS,
     specialized_ndims=element_wise.SPECIALIZED_NDIMS,
     switches=element_wise.OTHER,
+)
+
+API = Api(
+    "(Tensor input, Tensor|Number other, *, Tensor? out=None)",
+    "torch.mul",
+    samples=(
+        sample(input=(6, 42, 123), other=(6, 42, 123)),
+        sample(input=(6, 42, 123), other=(42, 1)),
+        sample(input=(5, 1, 7), other=(1, 3, 7)),
+        sample(input=(6, 42, 123), other=3),
+        sample(input=(6, 42), other=()),
+    ),
 )
 
 arrangement = element_wise.arrangement

@@ -1,10 +1,21 @@
 """neg: -input (torch.neg)."""
 
+from ntops_aot.aot.api import Api, sample
 from ntops_aot.aot.space import FLOATS, VariantSpace
 from ntops_aot.kernels import element_wise
 
 SPACE = VariantSpace(
     dtypes=FLOATS, ndims=element_wise.NDIMS, specialized_ndims=element_wise.SPECIALIZED_NDIMS
+)
+
+API = Api(
+    "(Tensor input, *, Tensor? out=None)",
+    "torch.neg",
+    samples=(
+        sample(input=(6, 42, 123)),
+        sample(input=()),
+        sample(input=(0, 5)),
+    ),
 )
 
 arrangement = element_wise.arrangement

@@ -16,6 +16,7 @@ result by 2^(-64 * exponent).
 import ninetoothed.language as ntl
 from ninetoothed.language import libdevice
 
+from ntops_aot.aot.api import Api, sample
 from ntops_aot.aot.space import FLOATS, VariantSpace
 from ntops_aot.kernels import element_wise
 
@@ -24,6 +25,18 @@ SPACE = VariantSpace(
     ndims=element_wise.NDIMS,
     specialized_ndims=element_wise.SPECIALIZED_NDIMS,
     switches={"exponent": ("tensor", "scalar")},
+)
+
+API = Api(
+    "(Tensor input, Tensor|Number exponent, *, Tensor? out=None)",
+    "torch.pow",
+    samples=(
+        sample("positive", input=(6, 42, 123), exponent=(6, 42, 123)),
+        sample("positive", input=(6, 42, 123), exponent=(42, 1)),
+        sample("positive", input=(6, 42, 123), exponent=3),
+        sample("positive", input=(6, 42), exponent=()),
+    ),
+    refuse="exponent",
 )
 
 arrangement = element_wise.arrangement

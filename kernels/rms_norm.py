@@ -11,6 +11,7 @@ import ninetoothed
 import ninetoothed.language as ntl
 from ninetoothed import Tensor
 
+from ntops_aot.aot.api import Api, sample
 from ntops_aot.aot.space import FLOATS, VariantSpace
 from ntops_aot.kernels import reduction
 
@@ -20,6 +21,17 @@ SPACE = VariantSpace(
     switches={"weight": ("given", "none")},
     coalesce="leading",
     fixed=("weight",),
+)
+
+API = Api(
+    "(Tensor input, int[] normalized_shape, Tensor? weight=None, float? eps=None)",
+    "torch.nn.functional.rms_norm",
+    wrapper="_rms_norm",
+    samples=(
+        sample(input=(6, 42, 123), normalized_shape=[123], weight=(123,)),
+        sample(input=(6, 42, 123), normalized_shape=[42, 123]),
+        sample(input=(6, 4096), normalized_shape=[4096], weight=(4096,), eps=1e-6),
+    ),
 )
 
 

@@ -12,6 +12,7 @@ import functools
 import ninetoothed.language as ntl
 from ninetoothed import Tensor
 
+from ntops_aot.aot.api import Api, sample
 from ntops_aot.aot.space import FLOATS, Config, VariantSpace
 
 SPACE = VariantSpace(
@@ -22,6 +23,16 @@ SPACE = VariantSpace(
     # The unit dim is the pair (two elements): never 16-aligned, so no "aligned" spec.
     specs=("unit", "generic", "wide"),
     in_place=True,
+)
+
+API = Api(
+    "(Tensor input, Tensor sin_table, Tensor cos_table, bool interleaved=True, bool inplace=False)",
+    "ntops_prebuilt._rotary.reference",
+    wrapper="_rotary",
+    samples=(
+        sample(input=(2, 7, 4, 64), sin_table=(7, 32), cos_table=(7, 32)),
+        sample(input=(2, 7, 4, 64), sin_table=(7, 32), cos_table=(7, 32), interleaved=False),
+    ),
 )
 BLOCK_SIZE = 512
 CONFIG = Config(num_warps=4, num_stages=1)

@@ -4,11 +4,22 @@ square root flushes them to zero, and would return inf where torch returns ~1e19
 
 import ninetoothed.language as ntl
 
+from ntops_aot.aot.api import Api, sample
 from ntops_aot.aot.space import FLOATS, VariantSpace
 from ntops_aot.kernels import element_wise
 
 SPACE = VariantSpace(
     dtypes=FLOATS, ndims=element_wise.NDIMS, specialized_ndims=element_wise.SPECIALIZED_NDIMS
+)
+
+API = Api(
+    "(Tensor input, *, Tensor? out=None)",
+    "torch.rsqrt",
+    samples=(
+        sample("positive", input=(6, 42, 123)),
+        sample("positive", input=()),
+        sample("positive", input=(0, 5)),
+    ),
 )
 
 arrangement = element_wise.arrangement

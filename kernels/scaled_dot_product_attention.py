@@ -36,6 +36,7 @@ import triton
 import triton.language as tl
 from ninetoothed import Tensor
 
+from ntops_aot.aot.api import Api, sample
 from ntops_aot.aot.space import FLOATS, Bucket, Config, Operand, Tuning, VariantSpace
 from ntops_aot.kernels.parts import arrive, claim, partial_results
 
@@ -50,6 +51,25 @@ SPACE = VariantSpace(
     in_place=False,
     workspace="workspace",
     launch_id="launch",
+)
+
+API = Api(
+    "(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, float dropout_p=0,"
+    " bool is_causal=False, float? scale=None, bool enable_gqa=False, int? causal_variant=None,"
+    " Tensor? present_key=None, Tensor? present_value=None, Tensor? present_key_slot=None,"
+    " Tensor? present_value_slot=None)",
+    "torch.nn.functional.scaled_dot_product_attention",
+    wrapper="_attention",
+    # torch's half-type attention rounds P to half before P @ V, as the kernel does,
+    # but in another order: as the GPU suite has always allowed.
+    tolerance={"fp16": (1e-2, 1e-2), "bf16": (1.6e-2, 1e-2)},
+    samples=(
+        sample(query=(2, 8, 37, 64), key=(2, 8, 37, 64), value=(2, 8, 37, 64)),
+        sample(query=(2, 8, 37, 128), key=(2, 8, 37, 128), value=(2, 8, 37, 128), is_causal=True),
+        sample(
+            query=(1, 32, 1, 128), key=(1, 8, 300, 128), value=(1, 8, 300, 128), enable_gqa=True
+        ),
+    ),
 )
 
 # Llama-3-8B's attention (32 query heads over 8 key/value heads) and plain multi-head

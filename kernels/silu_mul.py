@@ -4,11 +4,22 @@ temporary the size of the MLP's activations. In fp32 for half types, rounded onc
 
 import ninetoothed.language as ntl
 
+from ntops_aot.aot.api import Api, sample
 from ntops_aot.aot.space import FLOATS, VariantSpace
 from ntops_aot.kernels import element_wise
 
 SPACE = VariantSpace(
     dtypes=FLOATS, ndims=element_wise.NDIMS, specialized_ndims=element_wise.SPECIALIZED_NDIMS
+)
+
+API = Api(
+    "(Tensor input, Tensor other, *, Tensor? out=None)",
+    "ntops_prebuilt._silu_mul.reference",
+    wrapper="_silu_mul",
+    samples=(
+        sample(input=(6, 42, 123), other=(6, 42, 123)),
+        sample(input=(6, 42, 123), other=(42, 1)),
+    ),
 )
 
 arrangement = element_wise.arrangement

@@ -6,20 +6,22 @@ import math
 
 import torch
 
-from ntops_prebuilt import _C
+from ntops_prebuilt import _C, _ops
 from ntops_prebuilt import _checks as check
 from ntops_prebuilt._errors import NotBuiltError
 from ntops_prebuilt._library import increment_versions, routed
 
 _launch = _C.launch
-_HEAD_DIMS = (32, 64, 96, 128, 256)
-_MASKS = ("none", "causal", "bool", "float")
+_SWITCHES = _ops.SWITCHES["scaled_dot_product_attention"]
+_HEAD_DIMS = tuple(int(head_dim) for head_dim in _SWITCHES["head_dim"])
+# kernels/scaled_dot_product_attention.py's MASKS: none, causal, a bool or a float tensor.
+_NONE, _CAUSAL, _BOOL, _FLOAT = _SWITCHES["mask"]
 _SDPA = {
-    (head_dim, mask): _C.group(f"scaled_dot_product_attention-head_dim={head_dim}-mask={mask}")
-    for head_dim in _HEAD_DIMS
-    for mask in _MASKS
+    (int(head_dim), mask): group
+    for (head_dim, mask), group in check.groups(
+        "scaled_dot_product_attention", "head_dim", "mask"
+    ).items()
 }
-_ROPE = _C.group("rotary_position_embedding")
 # New KV-cache entries the attention kernel writes and reads itself (a decode or
 # speculative step's); more (a chunked prefill's) are copied first: the kernel folds
 # them 16 at a time, unpipelined.
@@ -214,55 +216,12 @@ def scaled_dot_product_attention(
     rows = out.view(batch, heads_kv, heads_q // heads_kv * seq_q, head_dim)
     if is_causal:
         lower_right = int(causal_variant or CausalVariant.UPPER_LEFT) == CausalVariant.LOWER_RIGHT
-        group = _SDPA[head_dim, "causal"]
+        group = _SDPA[head_dim, _CAUSAL]
         offset = seq_kv - seq_q if lower_right else 0
         _launch(group, rows, query, key, value, *present, scale, offset)
     elif mask is None:
-        _launch(_SDPA[head_dim, "none"], rows, query, key, value, *present, scale)
+        _launch(_SDPA[head_dim, _NONE], rows, query, key, value, *present, scale)
     else:
-        kind = "bool" if attn_mask.dtype == torch.bool else "float"
+        kind = _BOOL if attn_mask.dtype == torch.bool else _FLOAT
         _launch(_SDPA[head_dim, kind], rows, query, key, value, *present, mask, scale)
-    return out
-
-
-def rope_shapes(input, sin_table, cos_table):
-    """rotary_position_embedding's shape rules; the op's fake checks them too."""
-    op = "rotary_position_embedding"
-    if input.ndim != 4 or input.shape[-1] % 2:
-        raise ValueError(
-            f"{op}: input must be (batch, seq, heads, even head_dim), got {list(input.shape)}"
-        )
-    seq, half = input.shape[1], input.shape[3] // 2
-    for name, table in (("sin_table", sin_table), ("cos_table", cos_table)):
-        if tuple(table.shape) != (seq, half):
-            raise ValueError(
-                f"{op}: {name} must be (seq, head_dim / 2) = {[seq, half]}, got {list(table.shape)}"
-            )
-
-
-@routed("rotary_position_embedding")
-def rotary_position_embedding(input, sin_table, cos_table, interleaved=True, inplace=False):
-    """Rotate the pairs of each head of input (batch, seq, heads, head_dim) by the angles
-    whose sines and cosines are the tables' (seq, head_dim / 2) rows: pairs
-    (x[2i], x[2i + 1]) if interleaved, else (x[i], x[i + head_dim / 2])."""
-    op = "rotary_position_embedding"
-    for name, tensor in (("input", input), ("sin_table", sin_table), ("cos_table", cos_table)):
-        check.tensor(op, name, tensor)
-    rope_shapes(input, sin_table, cos_table)
-    batch, seq, heads, head_dim = input.shape
-    half = head_dim // 2
-
-    # The pairs and the tables' broadcast as strided views, one call each: unflatten,
-    # indexing and expand took three times the host time.
-    def pairs(tensor):
-        *outer, unit = tensor.stride()
-        inner = (2 * unit, unit) if interleaved else (unit, half * unit)
-        return tensor.as_strided((batch, seq, heads, half, 2), (*outer, *inner))
-
-    def expanded(table):
-        rows, columns = table.stride()
-        return table.as_strided((batch, seq, heads, half, 2), (0, rows, 0, columns, 0))
-
-    out = input if inplace else torch.empty_like(input)
-    _launch(_ROPE, pairs(input), expanded(sin_table), expanded(cos_table), pairs(out))
     return out

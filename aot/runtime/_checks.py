@@ -2,17 +2,27 @@
 they follow or refuse."""
 
 import functools
+import math
 
 import torch
 
-from ntops_prebuilt import _C
+from ntops_prebuilt import _C, _ops
 
 NUMBERS = (bool, int, float)
 
 
-def groups(op, switch, values):
-    """Launcher groups of `op` by the value of its one switch."""
-    return {value: _C.group(f"{op}-{switch}={value}") for value in values}
+def groups(op, *switches):
+    """The launcher groups of `op` by the values of `switches` (a tuple of them, in
+    that order), as the build named them (_ops.GROUPS)."""
+    return {
+        tuple(values[switch] for switch in switches): _C.group(key)
+        for key, values in _ops.GROUPS[op].items()
+    }
+
+
+def kind(value):
+    """The switch value a Tensor|Number argument picks (see `is_scalar`)."""
+    return _ops.NUMBER if is_scalar(value) else _ops.TENSOR
 
 
 def tensor(op, name, value):
@@ -147,3 +157,30 @@ def vector(op, name, value, shape):
             f"{op}: {name} has shape {list(value.shape)}, normalized_shape is {list(shape)}"
         )
     return value if len(shape) == 1 else value.reshape(-1)
+
+
+def subtraction(input, other, alpha):
+    """sub's refusal of bools, as torch's (the kernels would compute them)."""
+    if other is True or other is False or _is_bool(input) or _is_bool(other):
+        raise RuntimeError(
+            "sub: subtraction with a bool tensor is not supported (as in torch); "
+            "to invert a mask, use the ~ operator or torch.logical_not()"
+        )
+
+
+def _is_bool(value):
+    return isinstance(value, torch.Tensor) and value.dtype == torch.bool
+
+
+def exponent(input, exponent):
+    """pow's refusal of a number exponent that overflows the input's float dtype:
+    torch converts the exponent to it first."""
+    if isinstance(exponent, torch.Tensor) or not isinstance(input, torch.Tensor):
+        return
+    if not input.dtype.is_floating_point or not math.isfinite(exponent):
+        return
+    if math.fabs(exponent) > torch.finfo(input.dtype).max:
+        raise RuntimeError(
+            f"pow: exponent {exponent!r} cannot be converted to {input.dtype} "
+            "without overflow (as torch refuses it)"
+        )

@@ -18,10 +18,12 @@ imports no compiler (torch._dynamo, inductor): only torch.library.
 """
 
 import functools
+import importlib
+import inspect
 
 import torch
-import torch.nn.functional as F
 
+from ntops_prebuilt import _ops
 from ntops_prebuilt._C import SubclassError
 from ntops_prebuilt._checks import clamp_bounds
 
@@ -107,87 +109,95 @@ def _written(nothing, tensor):
 
 
 def register(nt):
-    """Define every op of `nt` (the runtime's public functions)."""
-    _unary_ops(nt)
-    _binary_ops(nt)
-    _activations(nt)
-    _rows(nt)
+    """Define every op of `nt` (the runtime's public functions): by hand those whose
+    overloads, fakes or routes torch's rules make special, every other one from its
+    declaration."""
+    _clamp(nt)
+    _dropout(nt)
     _products(nt)
     _attention(nt)
+    for api in _ops.APIS:
+        if api["name"] not in _ROUTES:
+            _declared(api, getattr(nt, api["name"]))
 
 
-# ---- element-wise -------------------------------------------------------------------
-
-UNARY = ("abs", "neg", "exp", "rsqrt", "sin", "cos", "sigmoid", "tanh", "bitwise_not")
+# ---- ordinary ops: overloads and routes from their declarations ----------------------
 
 
-def _unary_ops(nt):
-    for name in UNARY:
-        public, twin = getattr(nt, name), getattr(torch, name)
-        _define(name, "(Tensor input) -> Tensor", public, twin)
-        _define(
-            f"{name}.out",
-            "(Tensor input, *, Tensor(a!) out) -> Tensor(a!)",
-            public,
-            lambda input, *, out, twin=twin: twin(input, out=out),
-        )
-
-        def route(input, *, out=None, name=name):
-            packet = _op(name)
-            if out is None:
-                return packet.default(input)
-            return _written(packet.out(input, out=out), out)
-
-        _ROUTES[name] = route
-    for name in ("isnan", "isinf"):
-        _define(name, "(Tensor input) -> Tensor", getattr(nt, name), getattr(torch, name))
-        _ROUTES[name] = lambda input, name=name: _op(name).default(input)
+def _reference(dotted):
+    """The torch function at `dotted` ("torch.nn.functional.gelu")."""
+    module, _, name = dotted.rpartition(".")
+    return getattr(importlib.import_module(module), name)
 
 
-# name: (the second argument's name, the schema of its keyword arguments)
-BINARY = {
-    "add": ("other", "Scalar alpha=1"),
-    "sub": ("other", "Scalar alpha=1"),
-    "mul": ("other", ""),
-    "div": ("other", "str? rounding_mode=None"),
-    "pow": ("exponent", ""),
-    **dict.fromkeys(("eq", "ne", "lt", "le", "gt", "ge"), ("other", "")),
-    **dict.fromkeys(("bitwise_and", "bitwise_or"), ("other", "")),
-}
+def _by_name(function, names):
+    """`function` taking arguments `names` in order, passed on by name but the first:
+    torch's builtins take some arguments by name only (F.gelu's approximate)."""
+
+    def call(first, *args, **kwargs):
+        return function(first, **dict(zip(names[1:], args, strict=False)), **kwargs)
+
+    return call
 
 
-def _binary_ops(nt):
-    for name, (second, keywords) in BINARY.items():
-        public, twin = getattr(nt, name), getattr(torch, name)
-        extra = f", *, {keywords}" if keywords else ""
-        with_out = f", *, {keywords}, Tensor(a!) out" if keywords else ", *, Tensor(a!) out"
-        for overload, kind in (("Tensor", "Tensor"), ("Scalar", "Scalar")):
-            _define(
-                f"{name}.{overload}",
-                f"(Tensor input, {kind} {second}{extra}) -> Tensor",
-                public,
-                twin,
+def _inplace(function):
+    return lambda input, *args, **kwargs: function(input, *args, inplace=True, **kwargs)
+
+
+def _declared(api, public):
+    """The overloads `api` declares (`api.describe`), each running `public` and faked
+    by the torch function it is, and the route of `public`'s traced calls to them."""
+    name = api["name"]
+    names = [p["name"] for p in api["params"] if p["name"] != api["writes"]]
+    twin = _by_name(_reference(api["reference"]), names)
+    for overload in api["overloads"]:
+        if overload["writes"] == "inplace":
+            _define(f"{name}_", overload["schema"], _inplace(public), _inplace(twin))
+        elif overload["name"] == "default":
+            _define(name, overload["schema"], public, twin)
+        else:
+            _define(f"{name}.{overload['name']}", overload["schema"], public, twin)
+    _ROUTES[name] = _route(api)
+
+
+def _route(api):
+    """A public function's arguments to the overload torch would pick: by the kind of
+    its Tensor|Number argument, with out= or in place."""
+    name, writes = api["name"], api["writes"]
+    params = [p for p in api["params"] if p["name"] != writes]
+    kinds = [s for s, pick in api["switches"].items() if pick["rule"] == "kind"]
+    signature = inspect.Signature(
+        [
+            inspect.Parameter(
+                p["name"],
+                inspect.Parameter.KEYWORD_ONLY if p["keyword"] else _POSITIONAL,
+                default=p.get("default", inspect.Parameter.empty),
             )
-            out = "out" if overload == "Tensor" else "Scalar_out"
-            _define(
-                f"{name}.{out}",
-                f"(Tensor input, {kind} {second}{with_out}) -> Tensor(a!)",
-                public,
-                twin,
-            )
+            for p in api["params"]
+        ]
+    )
 
-        def route(input, other, *, out=None, name=name, **keywords):
-            packet = _op(name)
-            tensor = isinstance(other, torch.Tensor)
-            if out is None:
-                return (packet.Tensor if tensor else packet.Scalar)(input, other, **keywords)
-            written = (packet.out if tensor else packet.Scalar_out)(
-                input, other, **keywords, out=out
-            )
-            return _written(written, out)
+    def route(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        values = bound.arguments
+        written = values[writes] if writes else None
+        positional = [values[p["name"]] for p in params if not p["keyword"]]
+        keywords = {p["name"]: values[p["name"]] for p in params if p["keyword"]}
+        if writes == "inplace" and written:
+            return _written(_op(f"{name}_").default(*positional, **keywords), positional[0])
+        number = bool(kinds) and not isinstance(values[kinds[0]], torch.Tensor)
+        packet = _op(name)
+        if writes == "out" and written is not None:
+            out = packet.Scalar_out if number else packet.out
+            return _written(out(*positional, **keywords, out=written), written)
+        overload = packet.default if not kinds else packet.Scalar if number else packet.Tensor
+        return overload(*positional, **keywords)
 
-        _ROUTES[name] = route
-    _clamp(nt)
+    return route
+
+
+_POSITIONAL = inspect.Parameter.POSITIONAL_OR_KEYWORD
 
 
 def _clamp(nt):
@@ -214,44 +224,9 @@ def _clamp(nt):
     _ROUTES["clamp"] = route
 
 
-def _activations(nt):
-    for name, twin in (("relu", F.relu), ("silu", F.silu)):
-        public = getattr(nt, name)
-        _define(name, "(Tensor input) -> Tensor", public, twin)
-        _define(
-            f"{name}_",
-            "(Tensor(a!) input) -> Tensor(a!)",
-            lambda input, public=public: public(input, inplace=True),
-            lambda input: input,
-        )
-        _ROUTES[name] = lambda input, inplace=False, name=name: (
-            _written(_op(f"{name}_").default(input), input) if inplace else _op(name).default(input)
-        )
-    _define(
-        "gelu",
-        "(Tensor input, str approximate='none') -> Tensor",
-        nt.gelu,
-        lambda input, approximate="none": F.gelu(input, approximate=approximate),
-    )
-    _ROUTES["gelu"] = lambda input, approximate="none": _op("gelu").default(input, approximate)
-
-    def silu_mul_fake(input, other, *, out=None):
-        if not input.dtype.is_floating_point:  # as torch's silu
-            raise NotImplementedError(f"silu_mul: not implemented for {input.dtype}")
-        return torch.mul(input, other, out=out)
-
-    _define("silu_mul", "(Tensor input, Tensor other) -> Tensor", nt.silu_mul, silu_mul_fake)
-    _define(
-        "silu_mul.out",
-        "(Tensor input, Tensor other, *, Tensor(a!) out) -> Tensor(a!)",
-        nt.silu_mul,
-        silu_mul_fake,
-    )
-    _ROUTES["silu_mul"] = lambda input, other, *, out=None: (
-        _op("silu_mul").default(input, other)
-        if out is None
-        else _written(_op("silu_mul").out(input, other, out=out), out)
-    )
+def _dropout(nt):
+    """dropout: its CUDA op returns a copy where nothing is dropped (an op may not
+    return its input), its route the input itself, as torch and the function do."""
     _define(
         "dropout",
         "(Tensor input, float p=0.5, bool training=True) -> Tensor",
@@ -277,38 +252,6 @@ def _activations(nt):
         return _op("dropout").default(input, p, training)
 
     _ROUTES["dropout"] = dropout
-
-
-# ---- rows ---------------------------------------------------------------------------
-
-
-def _rows(nt):
-    _define(
-        "softmax",
-        "(Tensor input, int dim, ScalarType? dtype=None) -> Tensor",
-        nt.softmax,
-        lambda input, dim, dtype=None: torch.softmax(input, dim, dtype=dtype),
-    )
-    _ROUTES["softmax"] = lambda input, dim, dtype=None: _op("softmax").default(input, dim, dtype)
-    _define(
-        "rms_norm",
-        "(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, float? eps=None) -> Tensor",
-        nt.rms_norm,
-        F.rms_norm,
-    )
-    _ROUTES["rms_norm"] = lambda input, normalized_shape, weight=None, eps=None: _op(
-        "rms_norm"
-    ).default(input, list(normalized_shape), weight, eps)
-    _define(
-        "layer_norm",
-        "(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, Tensor? bias=None,"
-        " float eps=1e-05) -> Tensor",
-        nt.layer_norm,
-        F.layer_norm,
-    )
-    _ROUTES["layer_norm"] = lambda input, normalized_shape, weight=None, bias=None, eps=1e-5: _op(
-        "layer_norm"
-    ).default(input, list(normalized_shape), weight, bias, eps)
 
 
 # ---- products -----------------------------------------------------------------------
@@ -363,7 +306,8 @@ def _products(nt):
 
 def _attention(nt):
     # that module imports this one
-    from ntops_prebuilt._attention import floating, paired, rope_shapes
+    from ntops_prebuilt._attention import floating, paired
+    from ntops_prebuilt._rotary import rope_shapes
 
     def fake(query, key, value, *rest):
         floating(query)

@@ -5,42 +5,19 @@ import math
 
 import torch
 
-from ntops_prebuilt import _C
+from ntops_prebuilt import _C, _ops
 from ntops_prebuilt import _checks as check
 from ntops_prebuilt._library import routed
 
 _launch = _C.launch
-_PRECISIONS = ("tf32", "ieee")
-_MM = check.groups("mm", "fp32_precision", _PRECISIONS)
-_BMM = check.groups("bmm", "fp32_precision", _PRECISIONS)
-_ADDMM = check.groups("addmm", "fp32_precision", _PRECISIONS)
+# kernels/matmul.py's precisions: the default (TF32 for fp32), then IEEE fp32.
+_TF32, _IEEE = _ops.SWITCHES["mm"]["fp32_precision"]
+_MM, _BMM, _ADDMM = (check.groups(op, "fp32_precision") for op in ("mm", "bmm", "addmm"))
 
 
 def _precision(input):
     ieee = input.dtype == torch.float32 and torch.get_float32_matmul_precision() == "highest"
-    return "ieee" if ieee else "tf32"
-
-
-def _product(op, input, mat2, out, ndim):
-    """Checks of a (batched) product; the output, allocated or checked."""
-    check.tensor(op, "input", input)
-    check.tensor(op, "mat2", mat2)
-    if input.ndim != ndim or mat2.ndim != ndim:
-        raise ValueError(f"{op}: expected {ndim}-D tensors, got {input.ndim}-D and {mat2.ndim}-D")
-    *batch, rows, inner = input.shape
-    *other_batch, other_inner, columns = mat2.shape
-    if other_inner != inner or other_batch != batch:
-        raise ValueError(
-            f"{op}: input is {list(input.shape)} and mat2 is {list(mat2.shape)}; "
-            "their inner dims (and batches) must match"
-        )
-    shape = (*batch, rows, columns)
-    if out is None:
-        return input.new_empty(shape)
-    check.tensor(op, "out", out)
-    if tuple(out.shape) != shape:
-        raise ValueError(f"{op}: out has shape {list(out.shape)}, the product is {list(shape)}")
-    return out
+    return (_IEEE,) if ieee else (_TF32,)
 
 
 def _span(tensor):
@@ -68,41 +45,39 @@ def _apart(op, input, out):
     )
 
 
+def _operands(op, input, mat2, out):
+    """Refuse what is not a tensor, by torch's names for the arguments; their shapes
+    (inner dims, batches, out's shape) are the launcher's to check."""
+    check.tensor(op, "input", input)
+    check.tensor(op, "mat2", mat2)
+    if out is not None:
+        check.tensor(op, "out", out)
+
+
 @routed("mm")
 def mm(input, mat2, *, out=None):
-    """input @ mat2 for 2-D tensors."""
-    out = _product("mm", input, mat2, out, 2)
-    _launch(_MM[_precision(input)], input, mat2, out)
-    return out
+    """input @ mat2 for 2-D tensors; the product allocated by the launcher unless given."""
+    _operands("mm", input, mat2, out)
+    return _launch(_MM[_precision(input)], input, mat2, out)
 
 
 @routed("bmm")
 def bmm(input, mat2, *, out=None):
     """input[b] @ mat2[b] for 3-D tensors."""
-    out = _product("bmm", input, mat2, out, 3)
-    _launch(_BMM[_precision(input)], input, mat2, out)
-    return out
+    _operands("bmm", input, mat2, out)
+    return _launch(_BMM[_precision(input)], input, mat2, out)
 
 
 @routed("addmm")
 def addmm(input, mat1, mat2, *, beta=1, alpha=1, out=None):
-    """beta * input + alpha * (mat1 @ mat2); input broadcasts to the product's shape."""
+    """beta * input + alpha * (mat1 @ mat2); input broadcasts to the product's shape
+    (in the launcher, with stride 0)."""
     check.tensor("addmm", "input", input)
-    given = out
-    out = _product("addmm", mat1, mat2, out, 2)
-    if given is not None:
-        input = _apart("addmm", input, out)
-    try:
-        bias = input.expand(out.shape)
-    except RuntimeError as error:
-        raise ValueError(
-            f"addmm: input of shape {list(input.shape)} does not broadcast to {list(out.shape)}"
-        ) from error
-    for name, value in (("beta", beta), ("alpha", alpha)):
-        if not isinstance(value, (bool, int, float)):
-            raise TypeError(f"addmm: {name} must be a number, not {type(value).__name__}")
-    _launch(_ADDMM[_precision(mat1)], bias, mat1, mat2, beta, alpha, out)
-    return out
+    check.tensor("addmm", "mat1", mat1)
+    check.tensor("addmm", "mat2", mat2)
+    if out is not None:
+        input = _apart("addmm", input, check.tensor("addmm", "out", out))
+    return _launch(_ADDMM[_precision(mat1)], input, mat1, mat2, beta, alpha, out)
 
 
 @routed("matmul")

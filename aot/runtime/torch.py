@@ -1,93 +1,42 @@
 """The ntops.torch API, every function backed by prebuilt kernels, and the fusions real
-models need beyond it (silu_mul)."""
+models need beyond it (silu_mul).
 
-from ntops_prebuilt._attention import (
-    CausalVariant,
-    rotary_position_embedding,
-    scaled_dot_product_attention,
-)
-from ntops_prebuilt._element_wise import (
-    abs,
-    add,
-    bitwise_and,
-    bitwise_not,
-    bitwise_or,
-    clamp,
-    cos,
-    div,
-    dropout,
-    eq,
-    exp,
-    ge,
-    gelu,
-    gt,
-    isinf,
-    isnan,
-    le,
-    lt,
-    mul,
-    ne,
-    neg,
-    pow,
-    relu,
-    rsqrt,
-    sigmoid,
-    silu,
-    silu_mul,
-    sin,
-    sub,
-    tanh,
-)
-from ntops_prebuilt._matmul import addmm, bmm, matmul, mm
-from ntops_prebuilt._normalization import layer_norm, rms_norm, softmax
-from ntops_prebuilt._settings import (
+The functions are the ones the kernel files declare (`API`, listed in _ops.APIS):
+an ordinary op's is rendered by the build (_functions.py), a composite op's is
+hand-written, one module each (its `wrapper`).
+"""
+
+import importlib
+
+from ntops_prebuilt import _functions, _ops
+from ntops_prebuilt._attention import CausalVariant  # noqa: F401
+from ntops_prebuilt._settings import (  # noqa: F401
     set_default_max_num_configs,
     set_default_num_stages,
     set_default_num_warps,
 )
 
-__all__ = [
-    "CausalVariant",
-    "abs",
-    "add",
-    "addmm",
-    "bitwise_and",
-    "bitwise_not",
-    "bitwise_or",
-    "bmm",
-    "clamp",
-    "cos",
-    "div",
-    "dropout",
-    "eq",
-    "exp",
-    "ge",
-    "gelu",
-    "gt",
-    "isinf",
-    "isnan",
-    "layer_norm",
-    "le",
-    "lt",
-    "matmul",
-    "mm",
-    "mul",
-    "ne",
-    "neg",
-    "pow",
-    "relu",
-    "rms_norm",
-    "rotary_position_embedding",
-    "rsqrt",
-    "scaled_dot_product_attention",
-    "set_default_max_num_configs",
-    "set_default_num_stages",
-    "set_default_num_warps",
-    "sigmoid",
-    "silu",
-    "silu_mul",
-    "sin",
-    "softmax",
-    "sub",
-    "tanh",
-]
+
+def _declared():
+    """Every declared function by name, from its module."""
+    found = {}
+    for api in _ops.APIS:
+        wrapper = api["wrapper"]
+        module = (
+            _functions if wrapper is None else importlib.import_module(f".{wrapper}", __package__)
+        )
+        found[api["name"]] = getattr(module, api["name"])
+    return found
+
+
+globals().update(_declared())
+
+__all__ = sorted(
+    [
+        *(api["name"] for api in _ops.APIS),
+        "CausalVariant",
+        "set_default_max_num_configs",
+        "set_default_num_stages",
+        "set_default_num_warps",
+    ]
+)

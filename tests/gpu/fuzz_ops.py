@@ -9,6 +9,7 @@ tests the harness on any machine.
 
 import dataclasses
 import enum
+import importlib
 import math
 import types
 from collections.abc import Callable
@@ -189,6 +190,23 @@ def _softmax(d, op):
     if d.chance(0.15):
         return (x, dim), {"dtype": d.pick((torch.float32, torch.float64, torch.float16))}
     return (x, dim), {}
+
+
+def _embedding(d, op):
+    """Indices of any shape (int64 or int32; now and then out of range, where torch
+    stops the device and the wheel reads zeros: out of the space), a weight of rows in
+    any layout, padding_idx now and then."""
+    dtype = d.principal(SPECS[op].dtypes)
+    rows, width = d.rng.randint(1, 300), d.size()
+    weight = d.tensor((rows, width), dtype)
+    index = d.pick((torch.int64, torch.int64, torch.int32))
+    shape = d.shape()
+    indices = torch.randint(0, rows, shape, generator=d.generator, dtype=index)
+    if d.chance(0.02):
+        d.out_of_space("an index out of range (torch asserts on the device)")
+        indices.view(-1)[:1] = rows
+    kwargs = {"padding_idx": d.rng.randint(-rows, rows - 1)} if d.chance(0.2) else {}
+    return (d.tensor(shape, index, values=indices), weight), kwargs
 
 
 def _norm(d, op):
@@ -461,6 +479,8 @@ def _rope_atol(args, kwargs, precision):
     x, *tables = args
     if x.numel() == 0 or any(t.numel() == 0 for t in tables):
         return 0
+    if not all(t.dtype.is_floating_point for t in (x, *tables)):
+        return 0  # outside the built space (a bool rotation, say): exact
 
     def finite(t):  # NaN and inf compare as such; they set no bound
         return torch.nan_to_num(t.abs().double(), nan=0.0, posinf=0.0).amax()
@@ -542,6 +562,8 @@ SPECS = {
     "clamp": Spec(_clamp, torch.clamp, FLOATS),
     "dropout": Spec(_dropout, F.dropout, FLOATS, check="dropout"),
     "softmax": Spec(_softmax, torch.softmax, (*FLOATS, torch.float64)),
+    "log_softmax": Spec(_softmax, torch.log_softmax, (*FLOATS, torch.float64)),
+    "embedding": Spec(_embedding, F.embedding, FLOATS),
     "rms_norm": Spec(_norm, F.rms_norm, FLOATS),
     "layer_norm": Spec(_norm, F.layer_norm, FLOATS, atol=_layer_norm_atol),
     "mm": Spec(_mm, torch.mm, FLOATS, atol=_product_atol),
@@ -553,6 +575,75 @@ SPECS = {
     ),
     "rotary_position_embedding": Spec(_rope, rotary_position_embedding, FLOATS, atol=_rope_atol),
 }
+
+
+def _declared(api, dtypes):
+    """The spec of an ordinary op with no spec above, from its declaration (the wheel's
+    _ops.APIS): tensors drawn in every layout, a Tensor|Number operand as binary ops
+    draw theirs, other parameters from its samples and defaults, out= and in place
+    where it has them."""
+    reference = _reference(api["reference"])
+    writes = api["writes"]
+
+    def draw(d, op):
+        dtype = d.principal(dtypes)
+        shape = d.shape()
+        args, kwargs, tensors, result = [], {}, [], shape
+        for param in api["params"]:
+            name = param["name"]
+            if name == writes:
+                continue
+            if param["type"] == "Tensor":
+                value = d.tensor(shape, dtype)
+                tensors.append(value)
+            elif param["type"] == "Tensor|Number":
+                value, result = _other(d, op, tensors[0], shape, dtype)
+                tensors.append(value)
+            else:
+                choices = [s["values"][name] for s in api["samples"] if name in s["values"]]
+                if not choices or (not param["required"] and d.chance(0.4)):
+                    continue  # its default
+                value = d.pick(choices)
+            if param["keyword"]:
+                kwargs[name] = value
+            else:
+                args.append(value)
+        if writes == "out":
+            kwargs.update(_out(d, tensors, result, reference(*args, **kwargs).dtype))
+        elif writes == "inplace" and d.chance(0.3):
+            d.note("inplace=True")
+            kwargs["inplace"] = True
+        return tuple(args), kwargs
+
+    return Spec(draw, reference, dtypes)
+
+
+def _reference(dotted):
+    module, _, name = dotted.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def _from_the_wheel():
+    """Specs of the installed wheel's ordinary ops that have none above."""
+    try:
+        import ntops_prebuilt
+        from ntops_prebuilt import _ops
+    except ImportError:
+        return {}
+    built = ntops_prebuilt.manifest()["ops"]
+    return {
+        api["name"]: _declared(api, tuple(DTYPES_BY_NAME[d] for d in built[api["op"]]["dtypes"]))
+        for api in _ops.APIS
+        if api["wrapper"] is None and api["name"] not in SPECS
+    }
+
+
+DTYPES_BY_NAME = {
+    "fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32,
+    "fp64": torch.float64, "i8": torch.int8, "i16": torch.int16, "i32": torch.int32,
+    "i64": torch.int64, "u8": torch.uint8, "bool": torch.bool,
+}  # fmt: skip
+SPECS.update(_from_the_wheel())
 REFERENCE = types.SimpleNamespace(**{op: spec.reference for op, spec in SPECS.items()})
 
 

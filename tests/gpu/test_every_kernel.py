@@ -28,11 +28,22 @@ TOLERANCES = {
     torch.float64: {"rtol": 1e-12, "atol": 1e-15},
 }
 SHAPES = {"aligned": (3, 5, 2, 48), "odd": (3, 5, 2, 37)}
-UNARY = {"abs", "neg", "exp", "rsqrt", "sin", "cos", "sigmoid", "tanh", "bitwise_not"}
-ALLOCATING = {"relu", "silu", "isnan", "isinf", "gelu", "clamp", "dropout"}
-BINARY = {"add", "sub", "mul", "div", "pow", "eq", "ne", "lt", "le", "gt", "ge"}
-BINARY |= {"bitwise_and", "bitwise_or", "silu_mul"}
-POSITIVE = {"rsqrt", "pow"}
+# Composite ops (hand-written runtime wrappers) are laid out by the recipes below; an
+# ordinary op by its declaration (_ops.APIS): its kernel's parameters, switches and
+# sample values.
+ALLOCATING = {"clamp", "dropout"}
+BINARY = {"silu_mul"}
+
+
+def _ordinary():
+    try:
+        from ntops_prebuilt import _ops
+    except ImportError:
+        return {}
+    return {api["op"]: api for api in _ops.APIS if api["wrapper"] is None}
+
+
+ORDINARY = _ordinary()
 
 
 def _kernels():
@@ -85,12 +96,14 @@ def pytest_generate_tests(metafunc):
 
 def _num_tensors(variant):
     op, switches = variant["op"], variant["switches"]
+    if op in ORDINARY:  # the tensors among the kernel's parameters, and the output
+        return 1 + sum(_is_tensor(ORDINARY[op], name, switches) for name in ORDINARY[op]["kernel"])
     if op == "clamp":  # input, its tensor bounds, output
         return 2 + list(switches.values()).count("tensor")
-    if op in UNARY or op in ALLOCATING or op == "softmax":
+    if op in ALLOCATING or op in ("softmax", "log_softmax"):
         return 2
     if op in BINARY:
-        return 2 if "scalar" in switches.values() else 3
+        return 3
     if op == "rms_norm":
         return 3 if switches["weight"] == "given" else 2
     if op == "layer_norm":
@@ -102,23 +115,75 @@ def _num_tensors(variant):
     return 4 if op == "rotary_position_embedding" else 3
 
 
+def _is_tensor(api, name, switches):
+    from ntops_prebuilt import _ops
+
+    kind = next(p["type"] for p in api["params"] if p["name"] == name)
+    return kind == "Tensor" or (kind == "Tensor|Number" and switches[name] == _ops.TENSOR)
+
+
+def _value(api, name):
+    """A number parameter's value in the first sample giving one, else its default."""
+    for sample in api["samples"]:
+        if name in sample["values"]:
+            return sample["values"][name]
+    return next(p["default"] for p in api["params"] if p["name"] == name)
+
+
+def _declared(nt, api, variant, spec, dtype):
+    """An ordinary op's kernel, called with tensors in the spec's layout where its
+    declaration has tensors, and compared with the torch function it declares."""
+    from ntops_prebuilt import _ops
+
+    switches = variant["switches"]
+    shape = SHAPES["aligned" if spec.aligned else "odd"][4 - variant["ndim"] :]
+    domain = next((s["domain"] for s in api["samples"] if s["domain"]), None)
+    wide = spec.width == 64
+    units = iter(spec.unit)
+    arguments = {}
+    for name in api["kernel"]:
+        if _is_tensor(api, name, switches):
+            arguments[name] = strided(
+                shape, dtype, unit=next(units), aligned=spec.aligned, wide=wide, domain=domain
+            )
+        elif name in switches:  # a number operand
+            arguments[name] = True if dtype == torch.bool else 1.5 if dtype.is_floating_point else 3
+        else:
+            arguments[name] = _value(api, name)
+    for switch, pick in api["switches"].items():
+        if pick["rule"] == "value":
+            nullable = any(p["name"] == switch and p["type"] == "str?" for p in api["params"])
+            value = switches[switch]
+            arguments[switch] = None if nullable and value == _ops.NONE else value
+    first = api["kernel"][0]
+    named = {name: value for name, value in arguments.items() if name != first}
+    reference = _reference(api["reference"])
+    expected = reference(arguments[first], **named)
+    function = getattr(nt, api["name"])
+    if api["writes"] != "out":
+        return function(arguments[first], **named), expected
+    out = strided(shape, expected.dtype, unit=next(units), aligned=spec.aligned, wide=wide)
+    return function(arguments[first], **named, out=out), expected
+
+
+def _reference(dotted):
+    import importlib
+
+    module, _, name = dotted.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
 def _element_wise(nt, variant, spec, dtype):
     op, switches = variant["op"], variant["switches"]
+    if op in ORDINARY:
+        return _declared(nt, ORDINARY[op], variant, spec, dtype)
     shape = SHAPES["aligned" if spec.aligned else "odd"][4 - variant["ndim"] :]
 
     def layout(unit):
-        domain = "positive" if op in POSITIVE else None
-        return strided(
-            shape, dtype, unit=unit, aligned=spec.aligned, wide=spec.width == 64, domain=domain
-        )
+        return strided(shape, dtype, unit=unit, aligned=spec.aligned, wide=spec.width == 64)
 
     x = layout(spec.unit[0])
-    if op in UNARY:
-        return getattr(nt, op)(x, out=layout(spec.unit[1])), getattr(torch, op)(x)
     if op in ALLOCATING:
-        if op == "gelu":
-            approximate = switches["approximate"]
-            return nt.gelu(x, approximate=approximate), F.gelu(x, approximate=approximate)
         if op == "clamp":
             units = iter(spec.unit[1:])
             low, high = (
@@ -133,33 +198,17 @@ def _element_wise(nt, variant, spec, dtype):
             kept = nt.dropout(x, 0.25)
             expected = torch.where(kept == 0, kept, x / 0.75)
             return kept, expected
-        reference = {"relu": torch.relu, "silu": F.silu, "isnan": torch.isnan, "isinf": torch.isinf}
-        return getattr(nt, op)(x), reference[op](x)
-    comparison = op in ("eq", "ne", "lt", "le", "gt", "ge")
-    if "scalar" in switches.values():
-        other = True if dtype == torch.bool else 1.5 if dtype.is_floating_point else 3
-        out = None if comparison else layout(spec.unit[1])
-    else:
-        other = layout(spec.unit[1])
-        out = None if comparison else layout(spec.unit[2])
-    kwargs = {}
-    if op == "div":
-        mode = switches["rounding_mode"]
-        kwargs["rounding_mode"] = None if mode == "none" else mode
-    if op in ("add", "sub"):
-        kwargs["alpha"] = 0.5
-    result = getattr(nt, op)(x, other, out=out, **kwargs)
-    if op == "silu_mul":  # the reference in fp32, rounded once as the kernel does
-        return result, (F.silu(x.float()) * other.float()).to(dtype)
-    return result, getattr(torch, op)(x, other, **kwargs)
+    other = layout(spec.unit[1])  # silu_mul: the reference in fp32, rounded once as the kernel
+    result = nt.silu_mul(x, other, out=layout(spec.unit[2]))
+    return result, (F.silu(x.float()) * other.float()).to(dtype)
 
 
 def _rows(nt, variant, spec, dtype):
     op, switches = variant["op"], variant["switches"]
     shape = SHAPES["aligned" if spec.aligned else "odd"][4 - variant["ndim"] :]
     x = strided(shape, dtype, unit=spec.unit[0], aligned=spec.aligned, wide=spec.width == 64)
-    if op == "softmax":
-        return nt.softmax(x, -1), torch.softmax(x, -1)
+    if op in ("softmax", "log_softmax"):
+        return getattr(nt, op)(x, -1), getattr(torch, op)(x, -1)
     n = x.shape[-1]
     vectors = [
         strided((n,), dtype, unit=spec.unit[1 + i], aligned=spec.aligned)
@@ -175,6 +224,18 @@ def _rows(nt, variant, spec, dtype):
     as_float = [None if v is None else v.float() for v in (weight, bias)]
     expected = F.layer_norm(x.float(), (n,), *as_float, 1e-5).to(dtype)
     return nt.layer_norm(x, (n,), weight, bias), expected
+
+
+def _embedding(nt, variant, spec, dtype):
+    """Rows of a weight laid out for the spec (wide: its two rows 2^31 elements apart)
+    gathered at indices of the switch's dtype, every row at least once."""
+    index = DTYPES[variant["switches"]["index"]]
+    width = 48 if spec.aligned else 37
+    wide = spec.width == 64
+    weight = strided((50, width), dtype, unit=spec.unit[1], aligned=spec.aligned, wide=wide)
+    rows = weight.shape[0]
+    indices = torch.cat((torch.arange(rows), torch.randint(0, rows, (23,)))).to("cuda", index)
+    return nt.embedding(indices, weight), F.embedding(indices, weight)
 
 
 def _size_in(served, size):
@@ -285,7 +346,9 @@ def test_kernel(nt, variant, kernel):
         limit = {torch.float16: 2e-3, torch.bfloat16: 1e-2}.get(dtype, 1e-5 if ieee else 2e-3)
         assert error < limit
         return
-    if op in ("softmax", "rms_norm", "layer_norm"):
+    if op == "embedding":
+        result, reference = _embedding(nt, variant, parsed, dtype)
+    elif op in ("softmax", "log_softmax", "rms_norm", "layer_norm"):
         result, reference = _rows(nt, variant, parsed, dtype)
     elif op == "scaled_dot_product_attention":
         result, reference = _attention(nt, variant, parsed, dtype, kernel["bucket"])

@@ -1,13 +1,17 @@
 """Each kernel's math, on the CPU: the kernel files' arrangement and application run
 through ninetoothed's JIT under Triton's interpreter (numpy, no GPU) and are compared
 with torch. The GPU suite checks the compiled cubins; this catches a wrong kernel in
-CI, before any GPU sees it. Triton's interpreter lacks some libdevice functions
-(div_rn, fmod, tanh, sin, cos, pow, erf), so div, gelu, tanh, sin, cos and pow are
-left to the GPU suite.
+CI, before any GPU sees it. Triton's interpreter has no libdevice: its functions
+return nothing there. log1p and expm1, which softplus and elu call, run as numpy's
+under the interpreter (`numpy_libdevice`), so those checks cover the kernels' own
+arithmetic, branches and parameters, and leave libdevice's accuracy to the GPU suite;
+the others (div_rn, fmod, tanh, sin, cos, pow) have no stand-in, so div, gelu, tanh,
+sin, cos and pow are left to the GPU suite.
 
 Triton decides at import whether its own library runs interpreted, so every check
 runs in a fresh process started with TRITON_INTERPRET=1."""
 
+import contextlib
 import math
 import os
 import pathlib
@@ -41,11 +45,12 @@ def interpreted(test):
 
 
 def maker(build_dir):
-    from ntops_aot.aot import ops, toolchain
+    from ntops_aot.aot import ops
     from ntops_aot.aot.targets import TARGETS
+    from ntops_aot.aot.toolchain import Toolchain
 
-    registry = ops.load_all(build_dir)
-    toolchain.use_target(TARGETS["sm_90"])
+    toolchain = Toolchain(build_dir)
+    registry = ops.load_all(toolchain)
     import inspect
 
     import ninetoothed
@@ -53,7 +58,8 @@ def maker(build_dir):
 
     def make(op, ndim, dtype="fp32", **options):
         arrangement, application, tensors = registry[op].module.premake(ndim, dtype, **options)
-        kernel = ninetoothed.make(arrangement, application, tensors)
+        with toolchain.target(TARGETS["sm_90"]):
+            kernel = ninetoothed.make(arrangement, application, tensors)
         # ninetoothed copies the Triton functions an application calls into the
         # generated module only when they are JITFunctions; the interpreter makes them
         # InterpretedFunctions, so hand them over as the compiled module would have them.
@@ -77,11 +83,37 @@ def maker(build_dir):
             args = list(args)
             for at in sorted(given):
                 args.insert(at, given[at])
-            return kernel(*args, *constants)
+            with numpy_libdevice():
+                return kernel(*args, *constants)
 
         return call
 
     return make
+
+
+@contextlib.contextmanager
+def numpy_libdevice():
+    """libdevice's log1p and expm1 as numpy's, while a kernel runs: set only then,
+    since ninetoothed would inline Python functions found there into the kernels it
+    generates (it leaves libdevice's own calls alone)."""
+    import numpy as np
+    import triton.language as tl
+    from triton.language.extra import libdevice
+    from triton.runtime.interpreter import TensorHandle
+
+    def numpy(function):
+        def run(x):
+            return tl.tensor(TensorHandle(function(x.handle.data), x.dtype.scalar), x.type)
+
+        return run
+
+    saved = {name: getattr(libdevice, name) for name in ("log1p", "expm1")}
+    libdevice.log1p, libdevice.expm1 = numpy(np.log1p), numpy(np.expm1)
+    try:
+        yield
+    finally:
+        for name, function in saved.items():
+            setattr(libdevice, name, function)
 
 
 def _keep_constexprs(interpreted):
@@ -148,6 +180,98 @@ def check_element_wise(make):
         torch.testing.assert_close(out, expected, equal_nan=True, msg=str(kinds))
 
 
+def _with_special_values(shape, dtype=torch.float32):
+    """Normal values of `shape` in a 4-dim kernel's layout (the runtime pads 3-dim
+    calls to 4), their first elements NaN, +-inf, +-0 and numbers near the ops'
+    branch points."""
+    x = torch.randn(shape) * 4
+    special = [math.nan, math.inf, -math.inf, 0.0, -0.0, 3.0, -3.0, 1e-6, -1e-6, 25.0]
+    x.view(-1)[: len(special)] = torch.tensor(special)
+    return x.to(dtype)[None]
+
+
+def check_activations(make):
+    """leaky_relu, hardswish, softplus and elu against torch, computed as torch's CUDA
+    kernels compute them (in fp32 for half types, rounded once): every parameter's
+    path, special values, a non-contiguous view and fp16/bf16."""
+    cases = [
+        ("leaky_relu", (0.01,), lambda x: F.leaky_relu(x)),
+        ("leaky_relu", (2.5,), lambda x: F.leaky_relu(x, 2.5)),  # a slope above 1
+        ("leaky_relu", (-0.3,), lambda x: F.leaky_relu(x, -0.3)),
+        ("hardswish", (), F.hardswish),
+        ("softplus", (1.0, 20.0), F.softplus),
+        ("softplus", (2.0, 5.0), lambda x: F.softplus(x, 2.0, 5.0)),  # x * 2 > 5: x itself
+        ("softplus", (-1.5, 20.0), lambda x: F.softplus(x, -1.5)),
+        ("elu", (1.0,), F.elu),
+        ("elu", (0.5,), lambda x: F.elu(x, 0.5)),
+    ]
+    x = _with_special_values((6, 42, 123))
+    out = torch.empty_like(x)
+    for op, scalars, reference in cases:
+        make(op, 4)(x, *scalars, out)
+        expected = reference(x)
+        torch.testing.assert_close(out, expected, equal_nan=True, msg=f"{op}{scalars}")
+        same = ~expected.isnan()  # signed zeros as torch's: leaky_relu(-0.0, -0.3) is +0.0
+        assert torch.equal(out[same].signbit(), expected[same].signbit()), f"{op}{scalars}"
+    # Non-contiguous (a transposed view) and half types, against torch's fp32 result
+    # rounded once.
+    for dtype in (torch.float16, torch.bfloat16):
+        view = _with_special_values((123, 42), dtype)[0].t()
+        result = torch.empty(123, 42, dtype=dtype).t()
+        for op, scalars, reference in cases:
+            make(op, 2, "fp16" if dtype == torch.float16 else "bf16")(view, *scalars, result)
+            expected = reference(view.float()).to(dtype)
+            torch.testing.assert_close(result, expected, equal_nan=True, msg=f"{op} {dtype}")
+    check_small_results(make)
+
+
+def check_small_results(make):
+    """Where libdevice's log1p and expm1 matter: softplus far below 0 (log(1 + e^x)
+    rounds to 0 there) and elu near 0 (e^x - 1 loses its digits), relative to the
+    result (an absolute tolerance would pass the naive formulas)."""
+    x = -torch.linspace(15.0, 40.0, 257)
+    out = torch.empty_like(x)
+    make("softplus", 1)(x, 1.0, 20.0, out)
+    torch.testing.assert_close(out, F.softplus(x), rtol=1.3e-6, atol=0)
+    small = -torch.logspace(-8, -2, 257)
+    make("elu", 1)(small, 1.0, out)
+    torch.testing.assert_close(out, F.elu(small), rtol=1.3e-6, atol=0)
+
+
+def check_embedding(make):
+    """Rows of a weight at int64 and int32 indices of a (6, 7) index tensor, passed as
+    the runtime passes them (flattened, the output as (42, dim)), and at a strided 1-D
+    index view; blocks smaller than the weight's 37 columns, so that tiles end inside a
+    row; fp32, fp16 and bf16 weights. The weight is a view into a buffer of NaN, so
+    a read outside it shows: out-of-range indices must come out as rows of zeros."""
+    small = {"block_size_m": 4, "block_size_n": 16}
+    for weight_dtype, name in (
+        (torch.float32, "fp32"),
+        (torch.float16, "fp16"),
+        (torch.bfloat16, "bf16"),
+    ):
+        buffer = torch.full((70, 48), math.nan, dtype=weight_dtype)
+        weight = buffer[10:60, 5:42]  # (50, 37), rows 48 apart
+        weight.copy_(torch.randn(50, 37))
+        for index_dtype, index in ((torch.int64, "i64"), (torch.int32, "i32")):
+            kernel = make("embedding", 1, name, index=index, **small)
+            indices = torch.randint(0, 50, (6, 7), dtype=index_dtype)
+            indices[0, :2] = torch.tensor([0, 49])  # the first and last rows
+            out = torch.empty(6, 7, 37, dtype=weight_dtype)
+            kernel(indices.flatten(), weight, out.view(42, 37))
+            assert torch.equal(out, F.embedding(indices, weight)), (name, index)
+            column = indices[:, 3]  # stride 7
+            out = torch.empty(6, 37, dtype=weight_dtype)
+            kernel(column, weight, out)
+            assert torch.equal(out, F.embedding(column, weight)), (name, index)
+            bad = torch.tensor([3, -1, 50, 2**31 - 1, -(2**31), 7], dtype=index_dtype)
+            out = torch.full((6, 37), 5.0, dtype=weight_dtype)
+            kernel(bad, weight, out)
+            valid = torch.tensor([True, False, False, False, False, True])
+            assert torch.equal(out[valid], weight[bad[valid]]), (name, index)
+            assert torch.equal(out[~valid], torch.zeros(4, 37, dtype=weight_dtype)), (name, index)
+
+
 def check_comparisons_and_bitwise(make):
     x = torch.randint(-5, 5, (300,), dtype=torch.int32)
     y = torch.randint(-5, 5, (300,), dtype=torch.int32)
@@ -171,12 +295,6 @@ def check_rows(make):
     x = torch.randn(5, 3000)
     weight, bias = torch.randn(3000), torch.randn(3000)
     out = torch.empty_like(x)
-    make("softmax", 2)(x, out)
-    torch.testing.assert_close(out, torch.softmax(x, -1))
-    wide = torch.randn(5, 3000, dtype=torch.float64) * 30
-    out64 = torch.empty_like(wide)
-    make("softmax", 2, "fp64")(wide, out64)
-    torch.testing.assert_close(out64, torch.softmax(wide, -1), rtol=1e-13, atol=1e-300)
     make("rms_norm", 2)(x, weight, 1e-6, 0, out)
     torch.testing.assert_close(out, F.rms_norm(x, (3000,), weight, 1e-6))
     make("layer_norm", 2)(x, weight, bias, 1e-5, out)
@@ -197,6 +315,38 @@ def check_rows(make):
         make("rms_norm", 2)(x, weight, 1e-6, welford, out)
         assert out[1].isnan().all() if welford else out[1].isnan().sum() == 1
         torch.testing.assert_close(out[finite], F.rms_norm(x[finite], (3000,), weight, 1e-6))
+
+
+def check_softmax_rows(make):
+    """softmax and log_softmax: rows of 3000 (three 1024-element tiles, the last
+    partial) and of 37, fp64 in fp64, fp16 rounded once from fp32; rows with -inf:
+    a first tile of -inf only (a left-padded row), -inf throughout (NaN, as in
+    torch), +inf (NaN)."""
+    x = torch.randn(6, 3000) * 5
+    x[1, :1500] = -math.inf
+    x[2, 2500:] = -math.inf
+    x[3] = -math.inf
+    x[4, 7] = math.inf
+    # fp64: softmax relative to its results; log_softmax's results near 0 are
+    # differences of numbers up to ~200 here (x - max - log(sum)), whose ulp is 3e-14.
+    fp64_atol = {"softmax": 1e-300, "log_softmax": 1e-13}
+    for op, reference in (("softmax", torch.softmax), ("log_softmax", torch.log_softmax)):
+        out = torch.empty_like(x)
+        make(op, 2)(x, out)
+        torch.testing.assert_close(out, reference(x, -1), equal_nan=True, msg=op)
+        narrow = torch.randn(4, 6, 37)
+        out = torch.empty_like(narrow)
+        make(op, 3)(narrow, out)
+        torch.testing.assert_close(out, reference(narrow, -1), msg=op)
+        wide = torch.randn(5, 3000, dtype=torch.float64) * 30
+        out64 = torch.empty_like(wide)
+        make(op, 2, "fp64")(wide, out64)
+        expected = reference(wide, -1)
+        torch.testing.assert_close(out64, expected, rtol=1e-13, atol=fp64_atol[op], msg=op)
+        half = torch.randn(5, 3000, dtype=torch.float16)
+        out16 = torch.empty_like(half)
+        make(op, 2, "fp16")(half, out16)
+        torch.testing.assert_close(out16, reference(half.float(), -1).half(), msg=op)
 
 
 def check_matrix_products(make):
@@ -471,8 +621,11 @@ def check_dropout_statistics(make):
 
 
 test_element_wise = interpreted(check_element_wise)
+test_activations = interpreted(check_activations)
+test_embedding = interpreted(check_embedding)
 test_comparisons_and_bitwise = interpreted(check_comparisons_and_bitwise)
 test_rows = interpreted(check_rows)
+test_softmax_rows = interpreted(check_softmax_rows)
 test_matrix_products = interpreted(check_matrix_products)
 test_matrix_products_through_tma = interpreted(check_matrix_products_through_tma)
 test_attention = interpreted(check_attention)

@@ -1,87 +1,121 @@
-"""Kernels, runtime functions and tests match one to one, and the runtime has the
-ntops.torch names and signatures (and the fusions beyond them, marked)."""
+"""Kernel files, the functions the wheel exports and their tests match one to one,
+all following the kernel files' declarations (`API`): nothing here lists an op."""
 
+import importlib
 import inspect
-import pathlib
 
-ROOT = pathlib.Path(__file__).parents[2]
+import pytest
 
-SIGNATURES = {
-    "scaled_dot_product_attention": (
-        "(query, key, value, attn_mask=None, dropout_p=0, is_causal=False, scale=None, "
-        "enable_gqa=False, causal_variant=None, present_key=None, present_value=None, "
-        "present_key_slot=None, present_value_slot=None)"
-    ),
-    "rotary_position_embedding": "(input, sin_table, cos_table, interleaved=True, inplace=False)",
-    "layer_norm": "(input, normalized_shape, weight=None, bias=None, eps=1e-05)",
-    "rms_norm": "(input, normalized_shape, weight=None, eps=None)",
-    "mm": "(input, mat2, *, out=None)",
-    "bmm": "(input, mat2, *, out=None)",
-    "addmm": "(input, mat1, mat2, *, beta=1, alpha=1, out=None)",
-    "matmul": "(input, other, *, out=None)",
-    "relu": "(input, inplace=False)",
-    "gelu": "(input, approximate='none')",
-    "silu": "(input, inplace=False)",
-    "silu_mul": "(input, other, *, out=None)",  # beyond ntops.torch: SwiGLU's fused gate
-    "sigmoid": "(input, *, out=None)",
-    "tanh": "(input, *, out=None)",
-    "softmax": "(input, dim, dtype=None)",
-    "dropout": "(input, p=0.5, training=True, inplace=False)",
-    "abs": "(input, *, out=None)",
-    "neg": "(input, *, out=None)",
-    "add": "(input, other, *, alpha=1, out=None)",
-    "sub": "(input, other, *, alpha=1, out=None)",
-    "mul": "(input, other, *, out=None)",
-    "div": "(input, other, *, rounding_mode=None, out=None)",
-    "pow": "(input, exponent, *, out=None)",
-    "exp": "(input, *, out=None)",
-    "rsqrt": "(input, *, out=None)",
-    "sin": "(input, *, out=None)",
-    "cos": "(input, *, out=None)",
-    "clamp": "(input, min=None, max=None, *, out=None)",
-    **dict.fromkeys(("eq", "ne", "lt", "le", "gt", "ge"), "(input, other, *, out=None)"),
-    "bitwise_and": "(input, other, *, out=None)",
-    "bitwise_or": "(input, other, *, out=None)",
-    "bitwise_not": "(input, *, out=None)",
-    "isnan": "(input)",
-    "isinf": "(input)",
-    "set_default_num_warps": "(num_warps)",
-    "set_default_num_stages": "(num_stages)",
-    "set_default_max_num_configs": "(max_num_configs)",
-}
-# Runtime functions that route to other ops' kernels or configure the build.
-WITHOUT_KERNELS = {
-    "matmul",
-    "set_default_num_warps",
-    "set_default_num_stages",
-    "set_default_max_num_configs",
-}
+from ntops_aot.aot import api as api_
+
+# What the runtime exports beside the declared functions: configuration.
+SETTINGS = {"set_default_num_warps", "set_default_num_stages", "set_default_max_num_configs"}
 
 
-def test_exports_exactly_the_ntops_torch_functions(installed):
+def _declared(registry):
+    return [api for op in registry.values() for api in op.apis()]
+
+
+def test_exports_exactly_the_declared_functions_with_their_signatures(registry, installed):
     functions = {
         name for name in installed.torch.__all__ if inspect.isfunction(getattr(installed, name))
     }
-    assert functions == set(SIGNATURES)
-    for name, signature in SIGNATURES.items():
-        assert str(inspect.signature(getattr(installed, name))) == signature, name
-        assert getattr(installed.torch, name) is getattr(installed, name)
+    declared = {api["name"]: api for api in _declared(registry)}
+    assert functions == set(declared) | SETTINGS
+    for name, api in declared.items():
+        function = getattr(installed, name)
+        assert str(inspect.signature(function)) == api["signature"], name
+        assert getattr(installed.torch, name) is function
 
 
-def test_every_op_has_a_runtime_function_and_nothing_else_does(registry, installed):
-    assert set(registry) == set(SIGNATURES) - WITHOUT_KERNELS
+def test_signatures_are_the_references_where_torch_spells_them(registry):
+    """A declared signature has the parameters of the torch function it names as its
+    reference (torch's Python-level functions; builtins hide theirs), in order, less
+    the ones torch has that the wheel refuses (F.dropout's training=... is there)."""
+    checked = 0
+    for api in _declared(registry):
+        module, _, name = api["reference"].rpartition(".")
+        if not module.startswith("torch"):
+            continue
+        try:
+            theirs = list(
+                inspect.signature(getattr(importlib.import_module(module), name)).parameters
+            )
+        except (TypeError, ValueError):
+            continue  # a builtin
+        ours = [param["name"] for param in api["params"]]
+        assert ours == theirs[: len(ours)] or set(ours) <= set(theirs), api["name"]
+        checked += 1
+    assert checked >= 5
 
 
-def test_every_op_has_gpu_tests(registry):
-    gpu = "".join(path.read_text() for path in (ROOT / "tests" / "gpu").glob("test_*.py"))
-    for name in SIGNATURES:
-        called = f"nt.{name}(" in gpu or f'"{name}"' in gpu
-        assert called, f"no GPU test calls ntops_prebuilt.{name}"
+def test_every_declared_function_has_samples_of_its_own_parameters(registry):
+    for api in _declared(registry):
+        names = {param["name"] for param in api["params"]}
+        assert api["samples"], f"{api['name']}: no samples to test it on"
+        for sample in api["samples"]:
+            assert set(sample["values"]) <= names, api["name"]
+            required = {param["name"] for param in api["params"] if param["required"]}
+            assert required <= set(sample["values"]), api["name"]
 
 
-def test_every_kernel_file_has_the_three_parts(registry):
+def test_ordinary_ops_switches_are_picked_by_their_parameters(registry):
+    for name, op in registry.items():
+        for api in op.apis():
+            if api["wrapper"] is None:
+                assert set(api["switches"]) == set(op.space.switches), name
+
+
+def test_every_kernel_file_has_the_three_parts_and_an_api(registry):
     for name, op in registry.items():
         module = op.module
         assert callable(module.premake), name
         assert any(attribute.startswith("arrangement") for attribute in vars(module)), name
         assert any(attribute.startswith("application") for attribute in vars(module)), name
+        assert op.apis(), name
+
+
+def test_declarations_are_read_as_torch_reads_schemas():
+    params = api_.parse("(Tensor input, Tensor|Number other, *, Scalar alpha=1, Tensor? out=None)")
+    assert [(p.name, p.type, p.keyword, p.required) for p in params] == [
+        ("input", "Tensor", False, True),
+        ("other", "Tensor|Number", False, True),
+        ("alpha", "Scalar", True, False),
+        ("out", "Tensor?", True, False),
+    ]
+    described = api_.describe(
+        "add",
+        api_.Api(
+            "(Tensor input, Tensor|Number other, *, Scalar alpha=1, Tensor? out=None)", "torch.add"
+        ),
+        {"other": ("tensor", "scalar")},
+        "kernels/add.py",
+    )
+    assert described["signature"] == "(input, other, *, alpha=1, out=None)"
+    assert described["kernel"] == ["input", "other", "alpha"]
+    assert {o["name"]: o["schema"] for o in described["overloads"]} == {
+        "Tensor": "(Tensor input, Tensor other, *, Scalar alpha=1) -> Tensor",
+        "out": "(Tensor input, Tensor other, *, Scalar alpha=1, Tensor(a!) out) -> Tensor(a!)",
+        "Scalar": "(Tensor input, Scalar other, *, Scalar alpha=1) -> Tensor",
+        "Scalar_out": (
+            "(Tensor input, Scalar other, *, Scalar alpha=1, Tensor(a!) out) -> Tensor(a!)"
+        ),
+    }
+    relu = api_.describe(
+        "relu", api_.Api("(Tensor input, bool inplace=False)", "F.relu"), {}, "relu"
+    )
+    assert [o["schema"] for o in relu["overloads"]] == [
+        "(Tensor input) -> Tensor",
+        "(Tensor(a!) input) -> Tensor(a!)",
+    ]
+
+
+def test_declarations_that_cannot_be_rendered_are_refused():
+    with pytest.raises(ValueError, match="picked by no parameter"):
+        api_.describe("gelu", api_.Api("(Tensor input)", "F.gelu"), {"approximate": ("none",)}, "g")
+    with pytest.raises(ValueError, match="cannot read"):
+        api_.parse("(Tensor input, complex z)")
+    with pytest.raises(ValueError, match="unknown"):
+        api_.describe(
+            "abs", api_.Api("(Tensor input)", "torch.abs", (api_.sample(x=(3,)),)), {}, "a"
+        )

@@ -1,0 +1,284 @@
+"""An op's torch-facing side, declared as data beside its `SPACE` (`API = Api(...)`).
+
+A kernel file says what torch function it is: the signature with types and defaults,
+the torch function that is its reference, and sample inputs for the tests. The rest
+follows from the declaration, at build time, into the wheel:
+
+- the kernel's parameters are the signature's, in order, less the output rules below
+  and the parameters that only pick a switch;
+- a switch is picked by the parameter of its name, by that parameter's type: a
+  `Tensor|Number` parameter picks "tensor" or "scalar" (and a number is converted as
+  torch's promotion would), a `Tensor?` one "given" or "none", a `str` one its own
+  value (`str?`: None is the switch value "none");
+- `Tensor? out=None` (keyword) is torch's out=, `bool inplace=False` writes `input`;
+- the torch.library overloads (`.Tensor`, `.Scalar`, `.out`, `.Scalar_out`, `_`) and
+  their schemas.
+
+Ordinary ops get their runtime function rendered from this (templates/functions.py.j2);
+an op whose call convention is special names its hand-written runtime module
+(`wrapper`), one file per op. Importing this module imports no compiler.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import re
+from collections.abc import Mapping
+from typing import Any
+
+# Switch values the runtime picks by a parameter's type (the launcher's groups are
+# named with them: `add-other=scalar`).
+TENSOR, NUMBER = "tensor", "scalar"
+GIVEN, NONE = "given", "none"
+
+_REQUIRED = object()
+_TYPES = ("Tensor", "Tensor?", "Tensor|Number", "Scalar", "float", "float?", "int", "int?")
+_TYPES += ("bool", "str", "str?", "ScalarType?", "int[]", "Tensor|Number?")
+_PARAMETER = re.compile(r"(?P<type>[\w|?\[\]]+) (?P<name>\w+)(?:=(?P<default>.+))?")
+
+
+@dataclasses.dataclass(frozen=True)
+class Param:
+    name: str
+    type: str
+    default: Any = _REQUIRED
+    keyword: bool = False
+
+    @property
+    def required(self) -> bool:
+        return self.default is _REQUIRED
+
+    @property
+    def python(self) -> str:
+        """As the parameter reads in a Python signature: `alpha=1`."""
+        return self.name if self.required else f"{self.name}={self.default!r}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    """Arguments for a test call, by parameter name: a tuple of ints is the shape of a
+    tensor argument (`()` a 0-dim one), anything else is passed as is. `domain` limits
+    the values of floating inputs ("positive": away from 0, for rsqrt or pow);
+    `indices` names the tensors of indices, with their bound: int64 values in
+    [0, bound) (an embedding's rows)."""
+
+    values: Mapping[str, Any]
+    domain: str | None = None
+    indices: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        values = {
+            name: list(value) if isinstance(value, tuple) else value
+            for name, value in self.values.items()
+        }
+        shapes = sorted(self._shapes())
+        return {
+            "values": values,
+            "shapes": shapes,
+            "domain": self.domain,
+            "indices": dict(self.indices),
+        }
+
+    def _shapes(self) -> set[str]:
+        return {name for name, value in self.values.items() if isinstance(value, tuple)}
+
+
+def sample(
+    domain: str | None = None, indices: Mapping[str, int] | None = None, **values: Any
+) -> Sample:
+    return Sample(values, domain, dict(indices or {}))
+
+
+@dataclasses.dataclass(frozen=True)
+class Api:
+    """The torch function an op is. `signature`: "(Tensor input, *, Tensor? out=None)";
+    `reference`: the torch function (dotted name) taking the same arguments, which the
+    tests compare with and torch.compile's fake tensors run; `samples`: test calls;
+    `wrapper`: the runtime module holding a hand-written function (composite ops);
+    `refuse`: the runtime check (in `_checks`) that refuses, after numbers are
+    converted, what torch refuses and the kernel cannot see (sub of bools, say);
+    `name`: the torch name, the op's by default (a file's kernels may serve more
+    functions: matmul is mm's and bmm's); `kernel`: the parameters passed to the
+    kernel, in premake's order (by default every parameter but out=, inplace= and
+    those that pick a value switch)."""
+
+    signature: str
+    reference: str
+    samples: tuple[Sample, ...] = ()
+    doc: str = ""
+    wrapper: str | None = None
+    refuse: str | None = None
+    name: str | None = None
+    kernel: tuple[str, ...] | None = None
+    # (rtol, atol) by dtype where the tests' defaults do not hold: a reference that
+    # reduces in another order (attention's softmax in half types, say).
+    tolerance: Mapping[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+
+    def params(self) -> tuple[Param, ...]:
+        return parse(self.signature)
+
+
+def parse(signature: str) -> tuple[Param, ...]:
+    """The parameters of "(Tensor input, *, Scalar alpha=1)"."""
+    inner = signature.strip()
+    if not (inner.startswith("(") and inner.endswith(")")):
+        raise ValueError(f"signature {signature!r} must be parenthesised")
+    params, keyword = [], False
+    for part in filter(None, (piece.strip() for piece in inner[1:-1].split(","))):
+        if part == "*":
+            keyword = True
+            continue
+        match = _PARAMETER.fullmatch(part)
+        if match is None or match["type"] not in _TYPES:
+            raise ValueError(f"signature {signature!r}: cannot read {part!r} (types: {_TYPES})")
+        default = _REQUIRED if match["default"] is None else ast.literal_eval(match["default"])
+        params.append(Param(match["name"], match["type"], default, keyword))
+    return tuple(params)
+
+
+def describe(
+    op: str, api: Api, switches: Mapping[str, tuple[str, ...]], module: str
+) -> dict[str, Any]:
+    """What the wheel needs of `api` (kernel file `module`, switches `switches`), as
+    JSON data: the runtime function, the library's overloads and the tests read it."""
+    params = api.params()
+    names = {param.name: param for param in params}
+    name = api.name or op
+    _check(name, api, params, switches, module)
+    picks = {}
+    if api.wrapper is None:  # a wrapper picks its switches by hand
+        picks = {switch: _rule(names[switch]) for switch in switches}
+    writes = _writes(params)
+    kernel = api.kernel
+    if kernel is None:
+        skipped = {"out", "inplace", *(s for s, rule in picks.items() if rule == "value")}
+        kernel = tuple(param.name for param in params if param.name not in skipped)
+    return {
+        "name": name,
+        "op": op,
+        "signature": "(" + ", ".join(_python(params)) + ")",
+        "params": [
+            {"name": p.name, "type": p.type, "keyword": p.keyword, "required": p.required}
+            | ({} if p.required else {"default": p.default})
+            for p in params
+        ],
+        "switches": {
+            switch: {"rule": rule, "values": list(switches[switch])}
+            for switch, rule in picks.items()
+        },
+        "kernel": list(kernel),
+        "writes": writes,
+        "reference": api.reference,
+        "wrapper": api.wrapper,
+        "refuse": api.refuse,
+        "doc": api.doc or f"{api.reference} on prebuilt kernels.",
+        "overloads": _overloads(name, params, picks, writes),
+        "samples": [sample.as_dict() for sample in api.samples],
+        "tolerance": {dtype: list(pair) for dtype, pair in api.tolerance.items()},
+    }
+
+
+def _check(name: str, api: Api, params: tuple[Param, ...], switches: Any, module: str) -> None:
+    names = {param.name for param in params}
+    if api.wrapper is None:
+        missing = set(switches) - names
+        if missing:
+            raise ValueError(
+                f"{module}: switches {sorted(missing)} are picked by no parameter of {name}"
+                f"{api.signature}; name a parameter after each switch, or give the op a "
+                "wrapper (a hand-written runtime function)"
+            )
+    for index, sample_ in enumerate(api.samples):
+        unknown = set(sample_.values) - names
+        if unknown:
+            raise ValueError(f"{module}: sample {index} of {name} has unknown {sorted(unknown)}")
+
+
+def _rule(param: Param) -> str:
+    """How `param` picks the switch of its name."""
+    if param.type == "Tensor|Number":
+        return "kind"
+    if param.type == "Tensor?":
+        return "given"
+    if param.type in ("str", "str?"):
+        return "value"
+    raise ValueError(f"parameter {param.name} ({param.type}) cannot pick a switch")
+
+
+# The parameters that say where a result goes, by type: torch's out= and inplace=.
+_WRITERS = {"out": "Tensor?", "inplace": "bool"}
+
+
+def _writes(params: tuple[Param, ...]) -> str | None:
+    for param in params:
+        if _WRITERS.get(param.name) == param.type:
+            return param.name
+    return None
+
+
+def _python(params: tuple[Param, ...]) -> list[str]:
+    parts, starred = [], False
+    for param in params:
+        if param.keyword and not starred:
+            parts.append("*")
+            starred = True
+        parts.append(param.python)
+    return parts
+
+
+def _schema(params: tuple[Param, ...], kind: str | None, form: str | None) -> str:
+    """A torch.library schema of `params`, less the public function's out= and
+    inplace parameters (the overload is the form); `kind` the type a `Tensor|Number`
+    parameter takes in this overload; `form` "out" or "inplace" for the forms that
+    write a tensor (and return it: `Tensor(a!)`)."""
+    parts, starred = [], False
+    for param in params:
+        if param.name in _WRITERS and _WRITERS[param.name] == param.type:
+            continue
+        type_ = {"Tensor|Number": kind, "int[]": "SymInt[]"}.get(param.type, param.type)
+        if form == "inplace" and param.name == "input":
+            type_ = "Tensor(a!)"
+        if param.keyword and not starred:
+            parts.append("*")
+            starred = True
+        default = "" if param.required else f"={param.default!r}"
+        parts.append(f"{type_} {param.name}{default}")
+    if form == "out":
+        parts.extend(["Tensor(a!) out"] if starred else ["*", "Tensor(a!) out"])
+    return f"({', '.join(parts)}) -> {'Tensor(a!)' if form else 'Tensor'}"
+
+
+def _overloads(
+    name: str, params: tuple[Param, ...], picks: Mapping[str, str], writes: str | None
+) -> list[dict[str, str]]:
+    """torch's overloads of the op: by the kind of a `Tensor|Number` argument
+    (`.Tensor`, `.Scalar`), each with its out= form (`.out`, `.Scalar_out`), or the
+    in-place form (`name_`)."""
+    kinds = [switch for switch, rule in picks.items() if rule == "kind"]
+    if len(kinds) > 1:
+        raise ValueError(f"{name}: more than one Tensor|Number parameter needs a wrapper")
+    found = []
+    forms = (
+        (("Tensor", "Tensor", "out"), ("Scalar", "Scalar", "Scalar_out"))
+        if kinds
+        else (("default", None, "out"),)
+    )
+    for overload, kind, out in forms:
+        found.append(
+            {"name": overload, "kind": kind, "writes": None, "schema": _schema(params, kind, None)}
+        )
+        if writes == "out":
+            found.append(
+                {"name": out, "kind": kind, "writes": "out", "schema": _schema(params, kind, "out")}
+            )
+    if writes == "inplace":
+        found.append(
+            {
+                "name": "_",
+                "kind": None,
+                "writes": "inplace",
+                "schema": _schema(params, None, "inplace"),
+            }
+        )
+    return found

@@ -1,0 +1,68 @@
+"""rotary_position_embedding: the pairs of each head rotated, as strided views of the
+input and the tables, one launch."""
+
+import torch
+
+from ntops_prebuilt import _C
+from ntops_prebuilt import _checks as check
+from ntops_prebuilt._library import routed
+
+_launch = _C.launch
+_ROPE = check.groups("rotary_position_embedding")[()]
+
+
+def rope_shapes(input, sin_table, cos_table):
+    """rotary_position_embedding's shape rules; the op's fake checks them too."""
+    op = "rotary_position_embedding"
+    if input.ndim != 4 or input.shape[-1] % 2:
+        raise ValueError(
+            f"{op}: input must be (batch, seq, heads, even head_dim), got {list(input.shape)}"
+        )
+    seq, half = input.shape[1], input.shape[3] // 2
+    for name, table in (("sin_table", sin_table), ("cos_table", cos_table)):
+        if tuple(table.shape) != (seq, half):
+            raise ValueError(
+                f"{op}: {name} must be (seq, head_dim / 2) = {[seq, half]}, got {list(table.shape)}"
+            )
+
+
+@routed("rotary_position_embedding")
+def rotary_position_embedding(input, sin_table, cos_table, interleaved=True, inplace=False):
+    """Rotate the pairs of each head of input (batch, seq, heads, head_dim) by the angles
+    whose sines and cosines are the tables' (seq, head_dim / 2) rows: pairs
+    (x[2i], x[2i + 1]) if interleaved, else (x[i], x[i + head_dim / 2])."""
+    op = "rotary_position_embedding"
+    for name, tensor in (("input", input), ("sin_table", sin_table), ("cos_table", cos_table)):
+        check.tensor(op, name, tensor)
+    rope_shapes(input, sin_table, cos_table)
+    batch, seq, heads, head_dim = input.shape
+    half = head_dim // 2
+
+    # The pairs and the tables' broadcast as strided views, one call each: unflatten,
+    # indexing and expand took three times the host time.
+    def pairs(tensor):
+        *outer, unit = tensor.stride()
+        inner = (2 * unit, unit) if interleaved else (unit, half * unit)
+        return tensor.as_strided((batch, seq, heads, half, 2), (*outer, *inner))
+
+    def expanded(table):
+        rows, columns = table.stride()
+        return table.as_strided((batch, seq, heads, half, 2), (0, rows, 0, columns, 0))
+
+    out = input if inplace else torch.empty_like(input)
+    _launch(_ROPE, pairs(input), expanded(sin_table), expanded(cos_table), pairs(out))
+    return out
+
+
+def reference(input, sin_table, cos_table, interleaved=True, inplace=False):
+    """The rotation in torch (the tests' reference), in float32."""
+    x = input.float()
+    if interleaved:
+        first, second = x[..., 0::2], x[..., 1::2]
+    else:
+        first, second = x.chunk(2, dim=-1)
+    sin, cos = (table.float()[None, :, None, :] for table in (sin_table, cos_table))
+    rotated = (first * cos - second * sin, first * sin + second * cos)
+    paired = torch.stack(rotated, dim=-1).flatten(-2) if interleaved else torch.cat(rotated, -1)
+    out = paired.to(input.dtype)
+    return input.copy_(out) if inplace else out

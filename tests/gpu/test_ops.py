@@ -1,0 +1,152 @@
+"""Every function of the installed wheel, on the samples its kernel file declares
+(`API`; the wheel lists them in `_ops.APIS`), in every dtype built for it, compared
+with the torch function it declares as its reference: contiguous and as strided
+views, through out= and in place where the function has them.
+
+Nothing here names an op: a kernel file added to kernels/ is tested by its samples
+(tests/unit/test_adding_an_op.py checks that this file collects them)."""
+
+import pytest
+import torch
+
+from tests.gpu.layouts import values
+
+DTYPES = {
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+    "fp32": torch.float32,
+    "fp64": torch.float64,
+    "i8": torch.int8,
+    "i16": torch.int16,
+    "i32": torch.int32,
+    "i64": torch.int64,
+    "u8": torch.uint8,
+    "bool": torch.bool,
+}
+TOLERANCES = {
+    torch.float16: (2e-3, 2e-3),
+    torch.bfloat16: (1.6e-2, 1e-2),
+    torch.float32: (2e-5, 2e-5),
+    torch.float64: (1e-12, 1e-15),
+}
+LAYOUTS = ("contiguous", "strided")
+REFUSALS = (RuntimeError, TypeError, ValueError, NotImplementedError, IndexError)
+
+
+def _cases():
+    try:
+        import ntops_prebuilt
+        from ntops_prebuilt import _ops
+    except ImportError:
+        return []
+    built = {}
+    for variant in ntops_prebuilt.manifest()["variants"]:
+        if variant["kernels"]:
+            built.setdefault(variant["op"], set()).add(variant["dtype"])
+    return [
+        pytest.param(api, index, dtype, layout, id=f"{api['name']}-{index}-{dtype}-{layout}")
+        for api in _ops.APIS
+        for index in range(len(api["samples"]))
+        for dtype in sorted(built.get(api["op"], ()))
+        for layout in LAYOUTS
+    ]
+
+
+def pytest_generate_tests(metafunc):
+    if "api" in metafunc.fixturenames:
+        cases = _cases() or [
+            pytest.param(None, None, None, None, marks=pytest.mark.skip("no wheel installed"))
+        ]
+        metafunc.parametrize(("api", "index", "dtype", "layout"), cases)
+
+
+def _reference(dotted):
+    import importlib
+
+    module, _, name = dotted.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def _strided(tensor):
+    """`tensor`'s values in a view whose last two dims are transposed in memory."""
+    if tensor.ndim < 2:
+        return tensor
+    return tensor.mT.contiguous().mT
+
+
+def _number(value, dtype):
+    """A sample's number, as torch would take it beside a tensor of `dtype`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return value
+    if dtype == torch.bool:
+        return bool(value)
+    if not dtype.is_floating_point:
+        return int(value)
+    return value
+
+
+def _arguments(api, sample, dtype, layout):
+    params = {param["name"]: param for param in api["params"]}
+    arguments = {}
+    for name, value in sample["values"].items():
+        if name in sample["indices"]:
+            bound = sample["indices"][name]
+            arguments[name] = torch.randint(0, bound, tuple(value), device="cuda")
+        elif name in sample["shapes"]:
+            tensor = values(tuple(value), dtype, domain=sample["domain"])
+            arguments[name] = _strided(tensor) if layout == "strided" else tensor
+        elif params[name]["type"] in ("Tensor|Number", "Tensor|Number?", "Scalar"):
+            arguments[name] = _number(value, dtype)
+        else:
+            arguments[name] = value
+    return arguments
+
+
+def _call(function, api, arguments):
+    """`function` with the first parameter by position, the others by name."""
+    first = api["params"][0]["name"]
+    rest = {name: value for name, value in arguments.items() if name != first}
+    return function(arguments[first], **rest)
+
+
+def _copies(arguments):
+    return {
+        name: value.clone() if isinstance(value, torch.Tensor) else value
+        for name, value in arguments.items()
+    }
+
+
+def _assert_matches(result, expected, api, dtype):
+    assert result.dtype == expected.dtype
+    assert result.shape == expected.shape
+    if expected.dtype.is_floating_point:
+        rtol, atol = api["tolerance"].get(_short(dtype)) or TOLERANCES[expected.dtype]
+        torch.testing.assert_close(result, expected, rtol=rtol, atol=atol, equal_nan=True)
+    else:
+        assert torch.equal(result, expected)
+
+
+def _short(dtype):
+    return next(short for short, value in DTYPES.items() if value == dtype)
+
+
+def test_sample(nt, api, index, dtype, layout):
+    dtype_ = DTYPES[dtype]
+    sample = api["samples"][index]
+    function, reference = getattr(nt, api["name"]), _reference(api["reference"])
+    arguments = _arguments(api, sample, dtype_, layout)
+    try:
+        expected = _call(reference, api, _copies(arguments))
+    except REFUSALS as error:
+        with pytest.raises((*REFUSALS, nt.NotBuiltError)):  # as torch refuses it
+            _call(function, api, arguments)
+        pytest.skip(f"torch refuses it too: {error}")
+    _assert_matches(_call(function, api, arguments), expected, api, dtype_)
+    if api["writes"] == "out":
+        out = torch.empty_like(expected)
+        assert _call(function, api, {**arguments, "out": out}) is out
+        _assert_matches(out, expected, api, dtype_)
+    elif api["writes"] == "inplace" and "input" in sample["shapes"]:
+        written = _copies(arguments)
+        assert _call(function, api, {**written, "inplace": True}) is written["input"]
+        _assert_matches(written["input"], expected, api, dtype_)
