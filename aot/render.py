@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.resources
 import pathlib
+import re
 from collections.abc import Mapping, Sequence
 
 import jinja2
@@ -30,7 +31,8 @@ TEMPLATES = ("generated.h", "kernels.c", "cubins.S")
 NT_MAX_DIMS = 8
 NT_MAX_ARGS = 12
 NT_MAX_PARAMS = 64
-NT_MAX_NAMES = 8  # named dims of one group (SPACE.dims): a batched product has 4
+NT_MAX_NAMES = 12  # named dims of one group (SPACE.dims): attention has 7
+NT_MAX_FACTORS = 4  # of a derived dim ("heads_q/heads_kv*seq_q")
 
 _TYPES = {"i1": "NT_I1", "i32": "NT_I32", "i64": "NT_I64", "fp32": "NT_F32", "fp64": "NT_F64"}
 _KINDS = {
@@ -99,7 +101,11 @@ def render_extension(
                 "coalesce": _COALESCE[group.coalesce],
                 "in_place": int(group.in_place),
                 "args": _args(group, members, dtype_index, names),
-                "names": names,
+                "names": [dim.name for dim in names],
+                "sizes": [dim.size for dim in names],
+                "derived": [
+                    list(dim.factors) + [0] * (NT_MAX_FACTORS - len(dim.factors)) for dim in names
+                ],
                 "bucket_keys": _bucket_keys(group, members),
                 "first_kernel": len(ordered),
                 "num_kernels": len(members) + sum(k.id in ptx_paths for k in members),
@@ -126,6 +132,7 @@ def render_extension(
             "dims": NT_MAX_DIMS,
             "params": NT_MAX_PARAMS,
             "names": NT_MAX_NAMES,
+            "factors": NT_MAX_FACTORS,
         },
         "kernels": kernel_values,
         "images": [{"symbol": symbol, "path": str(path)} for path, symbol in images.items()],
@@ -157,11 +164,12 @@ def _args(
     group: GroupDef,
     members: Sequence[CompiledKernel],
     dtype_index: Mapping[str, int],
-    names: Sequence[str],
+    names: Sequence[Dim],
 ) -> list[dict[str, object]]:
     """Each argument's flags, dtype rule and named dims. The rule is -1 for the call's
     dtype (that of its first such tensor), or the index of the one dtype it always has
-    (bool results); each dim is the index of its name in `names`, or -1."""
+    (bool results); each dim is the index of its name in `names`, or -1 (unnamed; a
+    coalesced tensor's trailing names come first, then -1s)."""
     if not members:
         return []
     values = []
@@ -187,7 +195,8 @@ def _args(
                 f"{group.key}: argument {arg.name} has dtypes {sorted(seen)} across variants; "
                 "a tensor either follows the call's dtype or has one dtype of its own"
             )
-        dims = [names.index(name) for name in arg.dims]
+        index = {dim.spelled: n for n, dim in enumerate(names)}
+        dims = [-1 if dim is None else index[dim] for dim in _spelled(arg, members[0])]
         values.append(
             {
                 "name": arg.name,
@@ -200,31 +209,103 @@ def _args(
     return values
 
 
-def _names(group: GroupDef, members: Sequence[CompiledKernel]) -> list[str]:
-    """The group's named dims (SPACE.dims), in order of first use; checked as the
-    launcher needs them: on tensors it does not coalesce, one name per dim, and the
-    dims of an input that broadcasts named by the tensors it broadcasts against."""
+@dataclasses.dataclass(frozen=True)
+class Dim:
+    """A named dim of a group, as the launcher checks it. SPACE.dims spells each dim
+    of a tensor as None (unnamed), a name ("rows": dims of one name have one size in a
+    call), a name with the size the variant was compiled for ("head_dim={head_dim}",
+    formatted with the variant's switches: a call of another size is refused), or, on
+    an output, a product and quotient of names ("heads_q/heads_kv*seq_q", evaluated
+    left to right; a quotient that is not whole is refused)."""
+
+    name: str  # for messages
+    spelled: str  # as SPACE.dims spells it, switches formatted in
+    size: int = 0  # the compiled-in size; 0: none
+    factors: tuple[int, ...] = ()  # derived: k + 1 multiplies by name k, -(k + 1) divides
+
+
+_DERIVED = re.compile(r"[*/]")
+
+
+def _spelled(arg: Arg, kernel: CompiledKernel) -> tuple[str | None, ...]:
+    """`arg`'s dims as SPACE.dims spells them, with the variant's switch values in."""
+    variant = getattr(kernel, "variant", None)
+    switches = dict(variant.switches) if variant is not None else {}
+    return tuple(None if dim is None else dim.format(**switches) for dim in arg.dims)
+
+
+def _names(group: GroupDef, members: Sequence[CompiledKernel]) -> list[Dim]:
+    """The group's named dims (SPACE.dims), in order of first use, derived ones last;
+    checked as the launcher needs them: a name per dim on tensors it does not coalesce,
+    trailing names only on those it coalesces (coalesce="leading" keeps the last dims),
+    dims of an input that broadcasts named by the tensors it broadcasts against, and
+    derived dims on outputs, of names the inputs bind."""
     args = members[0].args if members else ()
     fixed = group.coalesce == "none"
+    plain: dict[str, Dim] = {}
+    derived: dict[str, list[str]] = {}
+    bound: set[str] = set()
     for arg in (arg for arg in args if arg.dims):
-        if len(arg.dims) != arg.ndim:
+        coalesced = not (arg.fixed or fixed)
+        if coalesced and group.coalesce != "leading":
+            raise UnsupportedKernel(
+                f"{group.key}: SPACE.dims names the dims of {arg.name}, which the launcher "
+                "coalesces; only tensors it does not (coalesce='none', SPACE.fixed) have them, "
+                "and trailing dims where it coalesces the leading ones"
+            )
+        if len(arg.dims) > arg.ndim or (not coalesced and len(arg.dims) != arg.ndim):
             raise UnsupportedKernel(
                 f"{group.key}: SPACE.dims gives {arg.name} {len(arg.dims)} names for its "
                 f"{arg.ndim} dims"
             )
-        if not (arg.fixed or fixed):
-            raise UnsupportedKernel(
-                f"{group.key}: SPACE.dims names the dims of {arg.name}, which the launcher "
-                "coalesces; only tensors it does not (coalesce='none', SPACE.fixed) have them"
-            )
-    names = list(dict.fromkeys(name for arg in args for name in arg.dims))
-    bound = {name for arg in args if not arg.broadcast for name in arg.dims}
-    unbound = {name for arg in args if arg.broadcast for name in arg.dims} - bound
+        for spelled in _spelled(arg, members[0]):
+            if spelled is None:
+                if coalesced:
+                    raise UnsupportedKernel(
+                        f"{group.key}: {arg.name} names its trailing dims: each has a name"
+                    )
+                continue
+            if _DERIVED.search(spelled):
+                if not arg.output or coalesced:
+                    raise UnsupportedKernel(
+                        f"{group.key}: {arg.name}'s dim {spelled!r} is derived: only outputs "
+                        "the launcher does not coalesce have derived dims"
+                    )
+                derived[spelled] = [t.strip() for t in re.split(r"([*/])", spelled)]
+                continue
+            name, _, size = spelled.partition("=")
+            dim = Dim(name, spelled, int(size) if size else 0)
+            if size and dim.size <= 0:
+                raise UnsupportedKernel(f"{group.key}: {spelled!r} is not a positive size")
+            known = next((d for d in plain.values() if d.name == name), None)
+            if known is not None and known.spelled != spelled:
+                raise UnsupportedKernel(
+                    f"{group.key}: dim {name} is spelled {known.spelled!r} and {spelled!r}"
+                )
+            plain.setdefault(spelled, dim)
+            if not arg.broadcast or dim.size:
+                bound.add(spelled)
+    unbound = set(plain) - bound
     if unbound:
         raise UnsupportedKernel(
             f"{group.key}: dims {sorted(unbound)} are named only by inputs that broadcast "
             "(SPACE.broadcast); name them on a tensor those inputs broadcast against"
         )
+    names = list(plain.values())
+    index = {dim.name: n for n, dim in enumerate(names)}
+    for spelled, tokens in derived.items():
+        operands, operators = tokens[::2], ["*", *tokens[1::2]]
+        missing = [name for name in operands if name not in index]
+        if missing or len(operands) > NT_MAX_FACTORS:
+            raise UnsupportedKernel(
+                f"{group.key}: derived dim {spelled!r} takes at most {NT_MAX_FACTORS} names, "
+                f"each bound by an input (not {missing})"
+            )
+        factors = tuple(
+            (index[name] + 1) * (1 if operator == "*" else -1)
+            for name, operator in zip(operands, operators, strict=True)
+        )
+        names.append(Dim(spelled, spelled, 0, factors))
     if len(names) > NT_MAX_NAMES:
         raise UnsupportedKernel(
             f"{group.key}: {len(names)} named dims; the launcher takes at most {NT_MAX_NAMES}"

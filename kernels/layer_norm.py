@@ -22,6 +22,8 @@ SPACE = VariantSpace(
     switches={"weight": ("given", "none"), "bias": ("given", "none")},
     coalesce="leading",
     fixed=("weight", "bias"),
+    # The launcher checks weight and bias against the rows' last dim (their length).
+    dims={"input": ("columns",), "weight": ("columns",), "bias": ("columns",)},
 )
 
 API = Api(

@@ -21,6 +21,8 @@ SPACE = VariantSpace(
     switches={"weight": ("given", "none")},
     coalesce="leading",
     fixed=("weight",),
+    # The launcher checks the weight against the rows' last dim (their length).
+    dims={"input": ("columns",), "weight": ("columns",)},
 )
 
 API = Api(

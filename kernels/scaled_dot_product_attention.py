@@ -51,6 +51,19 @@ SPACE = VariantSpace(
     in_place=False,
     workspace="workspace",
     launch_id="launch",
+    # What the launcher checks: the kernels are built for one head_dim; the output is
+    # (batch, heads_kv, group * seq_q, head_dim), the query heads that share a key/value
+    # head one after another; the mask is broadcast to (batch, heads_q, seq_q, seq_kv);
+    # the new cache entries (or the caches themselves) have the caches' heads.
+    dims={
+        "output": ("batch", "heads_kv", "heads_q/heads_kv*seq_q", "head_dim={head_dim}"),
+        "query": ("batch", "heads_q", "seq_q", "head_dim={head_dim}"),
+        "key": ("batch", "heads_kv", "seq_kv", "head_dim={head_dim}"),
+        "value": ("batch", "heads_kv", "seq_kv", "head_dim={head_dim}"),
+        "present_key": ("batch", "heads_kv", None, "head_dim={head_dim}"),
+        "present_value": ("batch", "heads_kv", None, "head_dim={head_dim}"),
+        "mask": ("batch", "heads_q", "seq_q", "seq_kv"),
+    },
 )
 
 API = Api(

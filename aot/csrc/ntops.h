@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "generated.h" /* NT_MAX_ARGS, NT_MAX_DIMS, NT_MAX_PARAMS, NT_MAX_NAMES */
+#include "generated.h" /* NT_MAX_ARGS, NT_MAX_DIMS, NT_MAX_PARAMS, NT_MAX_NAMES, ... */
 
 #define NT_MAX_DTYPES 16
 
@@ -75,7 +75,8 @@ typedef struct {
     uint8_t ndim;     /* for tensors that are not coalesced */
     int8_t dtype;     /* -1: the call's dtype; else the index of its own (bool results) */
     /* Fixed tensors: each dim's name (an index into the group's names; -1: unnamed), in
-     * the tensor's own order. Dims of one name have one size in a call. */
+     * the tensor's own order; coalesced ones: the names of their trailing dims, then
+     * -1s. Dims of one name have one size in a call. */
     int8_t dims[NT_MAX_DIMS];
 } nt_arg;
 
@@ -88,6 +89,10 @@ typedef struct {
     nt_arg args[NT_MAX_ARGS];
     uint8_t num_names;
     const char *names[NT_MAX_NAMES]; /* of the named dims, for messages: "rows", "inner" */
+    int64_t sizes[NT_MAX_NAMES];     /* the size a variant was compiled for; 0: any */
+    /* A derived dim's names, left to right: k + 1 multiplies by name k, -(k + 1)
+     * divides (exactly); all 0: not derived. */
+    int8_t derived[NT_MAX_NAMES][NT_MAX_FACTORS];
     int8_t key_arg[2];  /* the arguments whose sizes pick a bucket (-1: none, size 0) */
     uint8_t key_pos[2]; /* and their stored dims (NT_DIM) */
     uint32_t first_kernel;

@@ -115,9 +115,16 @@ def test_split_parts_match_python(small_build, build_dir, tmp_path):
     assert [int(line) for line in lines] == [codegen.parts(*case) for case in cases]
 
 
-def _group(coalesce, *args):
+def _group(coalesce, *args, switches=()):
     """A group and a stand-in of its compiled kernels (render reads their `args`)."""
-    return render.GroupDef("op", "op", coalesce, False), [types.SimpleNamespace(args=args)]
+    variant = types.SimpleNamespace(switches=switches, dtype="fp16")
+    return render.GroupDef("op", "op", coalesce, False), [
+        types.SimpleNamespace(args=args, variant=variant)
+    ]
+
+
+def _named(group, members):
+    return [(dim.name, dim.size, dim.factors) for dim in render._names(group, members)]
 
 
 def test_named_dims_are_checked_as_the_launcher_needs_them():
@@ -125,9 +132,10 @@ def test_named_dims_are_checked_as_the_launcher_needs_them():
     rows = arg("input", 2, "fp16", dims=("rows", "inner"))
     columns = arg("other", 2, "fp16", dims=("inner", "columns"))
     output = arg("output", 2, "fp16", output=True, dims=("rows", "columns"))
-    assert render._names(*_group("none", rows, columns, output)) == ["rows", "inner", "columns"]
+    names = render._names(*_group("none", rows, columns, output))
+    assert [dim.name for dim in names] == ["rows", "inner", "columns"]
     bias = arg("bias", 1, "fp16", dims=("columns",), broadcast=True)
-    assert render._names(*_group("none", bias, rows, columns, output))[0] == "columns"
+    assert render._names(*_group("none", bias, rows, columns, output))[0].name == "columns"
     cases = [
         (_group("none", arg("input", 2, "fp16", dims=("rows",))), "1 names for its 2 dims"),
         (_group("all", rows, columns), "dims of input, which the launcher coalesces"),
@@ -136,10 +144,57 @@ def test_named_dims_are_checked_as_the_launcher_needs_them():
             r"\['n'\] are named only by inputs that broadcast",
         ),
         (
-            _group("none", arg("input", 8, "fp16", dims=tuple("abcdefgh")), columns),
-            "10 named dims; the launcher takes at most 8",
+            _group("none", arg("input", 11, "fp16", dims=tuple("abcdefghijk")), columns),
+            "13 named dims; the launcher takes at most 12",
+        ),
+        (
+            _group("leading", arg("input", 2, "fp16", dims=("rows", None))),
+            "input names its trailing dims: each has a name",
+        ),
+        (
+            _group("none", arg("input", 2, "fp16", dims=("a", "a/b"))),
+            "only outputs the launcher does not coalesce have derived dims",
+        ),
+        (
+            _group("none", rows, arg("output", 1, "fp16", output=True, dims=("rows/heads",))),
+            r"each bound by an input \(not \['heads'\]\)",
+        ),
+        (
+            _group("none", arg("a", 1, "fp16", dims=("d={d}",)), switches=(("d", "0"),)),
+            "'d=0' is not a positive size",
+        ),
+        (
+            _group("none", arg("a", 1, "fp16", dims=("d=64",)), arg("b", 1, "fp16", dims=("d",))),
+            "dim d is spelled 'd=64' and 'd'",
         ),
     ]
     for (group, members), words in cases:
         with pytest.raises(UnsupportedKernel, match=words):
             render._names(group, members)
+
+
+def test_named_dims_take_switches_trailing_names_and_derived_sizes():
+    """Attention's spelling: head_dim compiled in from the variant's switch, its output
+    rows derived from the heads; a norm names the trailing dim of its coalesced rows."""
+    arg = codegen.Arg
+    query = arg("query", 3, "fp16", dims=("heads_q", "seq_q", "head_dim={head_dim}"))
+    key = arg("key", 3, "fp16", dims=("heads_kv", None, "head_dim={head_dim}"))
+    output = arg(
+        "output", 3, "fp16", output=True, dims=("heads_kv", "heads_q/heads_kv*seq_q", None)
+    )
+    group, members = _group("none", output, query, key, switches=(("head_dim", "96"),))
+    assert _named(group, members) == [
+        ("heads_kv", 0, ()),
+        ("heads_q", 0, ()),
+        ("seq_q", 0, ()),
+        ("head_dim", 96, ()),
+        ("heads_q/heads_kv*seq_q", 0, (2, -1, 3)),
+    ]
+    dims = [
+        value["dims"][:3]
+        for value in render._args(group, members, {"fp16": 0}, render._names(group, members))
+    ]
+    assert dims == [[0, 4, -1], [1, 2, 3], [0, -1, 3]]
+    rows = arg("input", 2, "fp16", dims=("columns",))
+    weight = arg("weight", 1, "fp16", fixed=True, dims=("columns",))
+    assert _named(*_group("leading", rows, weight)) == [("columns", 0, ())]

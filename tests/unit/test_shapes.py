@@ -14,6 +14,8 @@ from ntops_aot.aot import build as pipeline
 from tests.wheels import install
 
 H = torch.float16
+SDPA = "scaled_dot_product_attention-head_dim=64-mask=bool"
+SDPA_VARIANT = "scaled_dot_product_attention-sm_80-fp16-nd4-head_dim=64-mask=bool"
 MM, BMM, ADDMM = (f"{op}-fp32_precision=tf32" for op in ("mm", "bmm", "addmm"))
 
 
@@ -59,7 +61,11 @@ CASES = """
 import json, sys, torch, ntops_prebuilt as nt
 def plan(key, *args):
     args = [torch.empty(a, dtype=torch.float16) if isinstance(a, list) else a for a in args]
-    args = [torch.zeros(a["indices"], dtype=torch.long) if isinstance(a, dict) else a for a in args]
+    dtypes = {"indices": torch.long, "bool": torch.bool}
+    args = [
+        torch.zeros(*a.values(), dtype=dtypes[next(iter(a))]) if isinstance(a, dict) else a
+        for a in args
+    ]
     try:
         chosen = nt._C.plan(nt._C.group(key), 80, *args)
         return {"kernel": chosen["kernel"], "params": chosen["params"]}
@@ -71,12 +77,15 @@ print(json.dumps([plan(*case) for case in json.loads(sys.argv[1])]))
 
 @pytest.fixture(scope="module")
 def products(tmp_path_factory):
-    """bmm, addmm and embedding (not in the session's wheel: bmm has no 1-D or 2-D
-    variants) in a wheel of their own, planned in a process of its own."""
+    """bmm, addmm, embedding, the norms and one attention variant (not in the session's
+    wheel: bmm has no 1-D or 2-D variants) in a wheel of their own, planned in a process
+    of its own."""
     folder = tmp_path_factory.mktemp("products")
+    ops = ("bmm", "addmm", "embedding", "rms_norm", "layer_norm")
     options = pipeline.BuildOptions(
         arches=("sm_80",),
-        ops=("bmm", "addmm", "embedding"),
+        ops=(*ops, "scaled_dot_product_attention"),
+        variants=(*(f"{op}-*" for op in ops), f"{SDPA_VARIANT}"),
         dtypes=("fp16",),
         tuning=False,
         build_dir=folder,
@@ -150,3 +159,60 @@ def test_embedding_gathers_a_row_per_index_of_the_weights_width(products):
         "embedding: output has shape (23, 40), but the result has shape (23, 48)"
     )
     assert flat["message"] == "embedding: input must be 1-D, not 2-D"
+
+
+def test_norms_check_their_weight_against_the_rows(products):
+    """A weight or bias of another length than the rows' last dim would be read past
+    its end: the launcher refuses it (the rows' dims coalesce; their last is named)."""
+    rms, fine, layer, bias = products(
+        ("rms_norm-weight=given", [6, 42, 123], [100], 1e-6, 0, None),
+        ("rms_norm-weight=given", [6, 42, 123], [123], 1e-6, 0, None),
+        ("layer_norm-weight=given-bias=given", [6, 64], [64], [63], 1e-5, None),
+        ("layer_norm-weight=none-bias=given", [6, 64], [65], 1e-5, None),
+    )
+    assert rms["message"] == (
+        "rms_norm: input has shape (6, 42, 123) and weight has shape (100,); "
+        "their columns dims must be equal"
+    )
+    assert fine["kernel"].startswith("rms_norm-sm_80-fp16")
+    assert layer["message"].endswith("bias has shape (63,); their columns dims must be equal")
+    assert "bias has shape (65,)" in bias["message"]
+
+
+def test_attention_checks_heads_head_dim_mask_and_rows(products):
+    """Attention's output is (batch, heads_kv, group * seq_q, head_dim): the launcher
+    derives its rows from the heads, refuses a head_dim the kernel was not built for,
+    heads that do not group, and a mask or cache of other sizes."""
+
+    def call(heads_q=8, heads_kv=2, seq_q=3, seq_kv=16, head_dim=64, rows=None, mask=None):
+        rows = heads_q // heads_kv * seq_q if rows is None else rows
+        kv = [1, heads_kv, seq_kv, head_dim]
+        mask = mask or [1, heads_q, seq_q, seq_kv]
+        query = [1, heads_q, seq_q, head_dim]
+        out = [1, heads_kv, rows, head_dim]
+        return (SDPA, out, query, kv, kv, kv, kv, 0, {"bool": mask}, 0.125)
+
+    fine, head_dim, grouped, rows, mask = products(
+        call(),
+        call(head_dim=80),
+        call(heads_q=6, heads_kv=4, rows=6),
+        call(rows=10),
+        call(mask=[1, 8, 3, 15]),
+    )
+    assert fine["kernel"].startswith(SDPA_VARIANT)
+    assert head_dim["message"] == (
+        "scaled_dot_product_attention: query has shape (1, 8, 3, 80), "
+        "but its head_dim dim must be 64"
+    )
+    assert grouped["message"] == (
+        "scaled_dot_product_attention: heads_q/heads_kv*seq_q: 6 is not a multiple of "
+        "heads_kv (4)"
+    )
+    assert rows["message"] == (
+        "scaled_dot_product_attention: output has shape (1, 2, 10, 64), "
+        "but the result has shape (1, 2, 12, 64)"
+    )
+    assert mask["message"] == (
+        "scaled_dot_product_attention: key has shape (1, 2, 16, 64) and mask has shape "
+        "(1, 8, 3, 15); their seq_kv dims must be equal"
+    )
