@@ -219,17 +219,27 @@ def command_line(command: str, values: Mapping[str, Any]) -> str:
     """`ntops-aot COMMAND ...` with `values` (option name -> value as BuildOptions holds
     it), in the table's order: how every message writes a command. A None is left out
     (the layers below decide) unless it means something of its own (`--timeout none`)."""
+    words = ["ntops-aot", command]
+    for flag, text in command_words(values):
+        words += [flag] if text is None else [flag, shlex.quote(text)]
+    return " ".join(words)
+
+
+def command_words(values: Mapping[str, Any]) -> list[tuple[str, str | None]]:
+    """`values` as command_line writes them, unquoted: (flag, its text, or None for a
+    flag alone). A wheel's manifest keeps its build's so that the wheel, which has no
+    ntops-aot, writes commands as ntops-aot does."""
     unknown = sorted(set(values) - set(OPTIONS))
     if unknown:
         raise ValueError(f"no options {unknown}")
-    words = ["ntops-aot", command]
+    words: list[tuple[str, str | None]] = []
     for name, option in OPTIONS.items():
         value, text = values.get(name), option.text(values.get(name))
         if isinstance(value, bool):
-            words.append(f"--{name}" if value else f"--no-{name}")
+            words.append((f"--{name}" if value else f"--no-{name}", None))
         elif name in values and text is not None:
-            words += [f"--{name}", shlex.quote(text)]
-    return " ".join(words)
+            words.append((f"--{name}", text))
+    return words
 
 
 def env_name(option: str) -> str:

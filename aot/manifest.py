@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ntops_aot.aot.compile import CompiledKernel
-from ntops_aot.aot.config import BuildOptions
+from ntops_aot.aot.config import BuildOptions, command_words
 from ntops_aot.aot.errors import VariantFailure
 from ntops_aot.aot.ops import OpInfo
 from ntops_aot.aot.space import DTYPES, Tuning, Variant, group_key
@@ -35,14 +35,31 @@ def manifest(
     """`kernels` maps variant ids to their kernels; `failures` are the variants that
     have none (built with --keep-going); `ptx` the kernels shipped as PTX too;
     `choices` each variant's configuration per bucket and where it came from."""
+    arches = sorted({variant.arch for variant in variants}, key=list(TARGETS).index)
     return {
         "format": FORMAT,
         "version": version,
         "toolchain": dict(toolchain),
         "targets": list(TARGETS),  # the arches ntops-aot can build for
         "build": {
-            "arches": sorted({variant.arch for variant in variants}, key=list(TARGETS).index),
+            "arches": arches,
             "ops": list(names),
+            # The options that decide what this wheel holds, as ntops-aot writes them
+            # (flag, text or None): the runtime's messages write commands from these.
+            "command": command_words(
+                {
+                    "arch": tuple(arches),
+                    "ops": tuple(names),
+                    "dtypes": options.dtypes,
+                    "ndims": options.ndims,
+                    "variants": options.variants,
+                    "num-warps": options.num_warps,
+                    "num-stages": options.num_stages,
+                    "max-num-configs": options.max_num_configs,
+                    **({"ptx": True} if options.ptx else {}),
+                    **({} if options.tuning else {"tuning": False}),
+                }
+            ),
             "dtypes": list(options.dtypes) if options.dtypes else None,
             "ndims": list(options.ndims) if options.ndims else None,
             "variants": list(options.variants) if options.variants else None,

@@ -1,6 +1,8 @@
 """Errors for calls this wheel has no kernel for: what was asked, what the wheel has,
 and the `ntops-aot build` command that would add it."""
 
+import shlex
+
 from ntops_prebuilt._manifest import manifest
 
 
@@ -85,15 +87,29 @@ def _switches(switches):
 
 
 def _command(built, op, arch, dtype, ndim, space):
+    """The command that built this wheel (its manifest keeps it as ntops-aot wrote it),
+    with what the call needs added to its arches, ops, dtypes and ndims."""
     options = built["build"]
-    arches = list(options["arches"]) + ([arch] if arch and arch not in options["arches"] else [])
-    ops = list(options["ops"]) + ([op] if op not in options["ops"] else [])
-    words = ["ntops-aot", "build", "--arch", ",".join(arches), "--ops", ",".join(ops)]
+    changes = {
+        "--arch": ",".join(_with(options["arches"], arch)),
+        "--ops": ",".join(_with(options["ops"], op)),
+    }
     if options["dtypes"]:
-        dtypes = options["dtypes"] + ([dtype] if dtype and dtype not in options["dtypes"] else [])
-        words += ["--dtypes", ",".join(dtypes)]
+        changes["--dtypes"] = ",".join(_with(options["dtypes"], dtype))
     if options["ndims"]:
         wanted = [n for n in space["ndims"] if n >= ndim][:1] if ndim else []
-        ndims = sorted(set(options["ndims"]) | set(wanted))
-        words += ["--ndims", ",".join(map(str, ndims))]
-    return " ".join(words)
+        changes["--ndims"] = ",".join(map(str, sorted(set(options["ndims"]) | set(wanted))))
+    return rebuild(built, changes)
+
+
+def rebuild(built, changes):
+    """`ntops-aot build` with this wheel's options, `changes` (flag -> text) applied."""
+    words = {**dict(built["build"]["command"]), **changes}
+    line = ["ntops-aot", "build"]
+    for flag, text in words.items():
+        line += [flag] if text is None else [flag, shlex.quote(text)]
+    return " ".join(line)
+
+
+def _with(values, value):
+    return list(values) + ([value] if value and value not in values else [])

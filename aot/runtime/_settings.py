@@ -4,7 +4,7 @@ functions check a setting against the build instead of changing anything: asking
 what the wheel was built with succeeds, asking for anything else raises NotBuiltError
 with the build command that would give it. Nothing is silently ignored."""
 
-from ntops_prebuilt._errors import NotBuiltError
+from ntops_prebuilt._errors import NotBuiltError, rebuild
 from ntops_prebuilt._manifest import manifest
 
 
@@ -24,7 +24,7 @@ def _check(option, value, flag):
     raise NotBuiltError(
         f"ntops_prebuilt.set_default_{option}({value}): prebuilt kernels cannot change {option} "
         f"at run time; this wheel was built {how}. Build one with {option}={value}: "
-        f"ntops-aot build {flag} {value} ..."
+        f"{rebuild(manifest(), {flag: str(value)})}"
     )
 
 

@@ -5,6 +5,7 @@ reports what it would launch on a device of the given compute capability."""
 import pytest
 import torch
 
+from ntops_aot.aot import config
 from tests.subclasses import Wrapper
 
 H = torch.float16
@@ -293,6 +294,23 @@ def test_an_op_the_wheel_lacks_names_the_command_that_adds_it(installed):
     assert (
         "ntops-aot build --arch sm_80,sm_90 --ops add,eq,mm,softmax,gelu --dtypes fp16" in message
     )
+
+
+def test_the_wheel_writes_commands_as_ntops_aot_does(installed):
+    """The manifest keeps the build's options as config.command_line writes them; the
+    wheel (which has no ntops-aot) writes its suggestions from them, with the change."""
+    built = installed.manifest()["build"]
+    options = {"arch": ("sm_80", "sm_90"), "ops": ("add", "eq", "mm", "softmax")}
+    options.update(dtypes=("fp16",), ndims=(1, 2), tuning=False)
+    written = config.command_line("build", options)
+    assert written == (
+        "ntops-aot build --arch sm_80,sm_90 --ops add,eq,mm,softmax --dtypes fp16 "
+        "--ndims 1,2 --no-tuning"
+    )
+    with pytest.raises(installed.NotBuiltError) as caught:
+        installed.set_default_num_warps(2)
+    assert str(caught.value).endswith(f": {written} --num-warps 2")
+    assert [list(pair) for pair in config.command_words(options)] == built["command"]
 
 
 class _Subclass(torch.Tensor):
