@@ -193,18 +193,16 @@ def _softmax(d, op):
 
 
 def _embedding(d, op):
-    """Indices of any shape (int64 or int32; now and then out of range, where torch
-    stops the device and the wheel reads zeros: out of the space), a weight of rows in
-    any layout, padding_idx now and then."""
+    """Indices of any shape (int64 or int32) in range, a weight of rows in any layout,
+    padding_idx now and then. Never an index out of range: torch, the reference, runs
+    first and asserts on the device, which ends the process's use of it (a crash the
+    fuzz would lay on the wheel); test_functions checks the wheel's zero rows there."""
     dtype = d.principal(SPECS[op].dtypes)
     rows, width = d.rng.randint(1, 300), d.size()
     weight = d.tensor((rows, width), dtype)
     index = d.pick((torch.int64, torch.int64, torch.int32))
     shape = d.shape()
     indices = torch.randint(0, rows, shape, generator=d.generator, dtype=index)
-    if d.chance(0.02):
-        d.out_of_space("an index out of range (torch asserts on the device)")
-        indices.view(-1)[:1] = rows
     kwargs = {"padding_idx": d.rng.randint(-rows, rows - 1)} if d.chance(0.2) else {}
     return (d.tensor(shape, index, values=indices), weight), kwargs
 

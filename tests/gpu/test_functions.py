@@ -586,6 +586,22 @@ def test_rotary_position_embedding(nt, dtype, interleaved):
         nt.rotary_position_embedding(x, sin[:, :3], cos, interleaved)
 
 
+@pytest.mark.parametrize("index", [torch.int64, torch.int32])
+def test_embedding_reads_no_row_outside_the_weight(nt, index):
+    """An index out of range, which torch asserts on, gives a row of zeros and reads
+    nothing outside the weight (the memcheck run covers this test); the others gather
+    as torch does, in a weight of any layout."""
+    weight = torch.randn(48, 10, device="cuda", dtype=torch.float16).t()  # (10, 48)
+    indices = torch.tensor([[0, 10, -1], [9, 2**31 - 1, 3]], device="cuda", dtype=index)
+    out = nt.embedding(indices, weight)
+    torch.cuda.synchronize()
+    valid = (indices >= 0) & (indices < 10)
+    expected = torch.nn.functional.embedding(indices.where(valid, 0), weight)
+    assert out.shape == (2, 3, 48)
+    assert torch.equal(out, expected * valid[..., None])
+    assert not out[~valid].any()
+
+
 def test_compilation_settings_belong_to_the_build(nt):
     nt.set_default_max_num_configs(4)
     # The wheel's own build command (its manifest keeps it), the setting changed.
