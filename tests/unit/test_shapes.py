@@ -205,8 +205,7 @@ def test_attention_checks_heads_head_dim_mask_and_rows(products):
         "but its head_dim dim must be 64"
     )
     assert grouped["message"] == (
-        "scaled_dot_product_attention: heads_q/heads_kv*seq_q: 6 is not a multiple of "
-        "heads_kv (4)"
+        "scaled_dot_product_attention: heads_q/heads_kv*seq_q: 6 is not a multiple of heads_kv (4)"
     )
     assert rows["message"] == (
         "scaled_dot_product_attention: output has shape (1, 2, 10, 64), "
