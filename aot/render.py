@@ -241,37 +241,13 @@ def _names(group: GroupDef, members: Sequence[CompiledKernel]) -> list[Dim]:
     dims of an input that broadcasts named by the tensors it broadcasts against, and
     derived dims on outputs, of names the inputs bind."""
     args = members[0].args if members else ()
-    fixed = group.coalesce == "none"
     plain: dict[str, Dim] = {}
-    derived: dict[str, list[str]] = {}
+    derived: list[str] = []
     bound: set[str] = set()
     for arg in (arg for arg in args if arg.dims):
-        coalesced = not (arg.fixed or fixed)
-        if coalesced and group.coalesce != "leading":
-            raise UnsupportedKernel(
-                f"{group.key}: SPACE.dims names the dims of {arg.name}, which the launcher "
-                "coalesces; only tensors it does not (coalesce='none', SPACE.fixed) have them, "
-                "and trailing dims where it coalesces the leading ones"
-            )
-        if len(arg.dims) > arg.ndim or (not coalesced and len(arg.dims) != arg.ndim):
-            raise UnsupportedKernel(
-                f"{group.key}: SPACE.dims gives {arg.name} {len(arg.dims)} names for its "
-                f"{arg.ndim} dims"
-            )
-        for spelled in _spelled(arg, members[0]):
-            if spelled is None:
-                if coalesced:
-                    raise UnsupportedKernel(
-                        f"{group.key}: {arg.name} names its trailing dims: each has a name"
-                    )
-                continue
+        for spelled in _checked_dims(group, arg, members[0]):
             if _DERIVED.search(spelled):
-                if not arg.output or coalesced:
-                    raise UnsupportedKernel(
-                        f"{group.key}: {arg.name}'s dim {spelled!r} is derived: only outputs "
-                        "the launcher does not coalesce have derived dims"
-                    )
-                derived[spelled] = [t.strip() for t in re.split(r"([*/])", spelled)]
+                derived.append(spelled)
                 continue
             name, _, size = spelled.partition("=")
             dim = Dim(name, spelled, int(size) if size else 0)
@@ -292,25 +268,56 @@ def _names(group: GroupDef, members: Sequence[CompiledKernel]) -> list[Dim]:
             "(SPACE.broadcast); name them on a tensor those inputs broadcast against"
         )
     names = list(plain.values())
-    index = {dim.name: n for n, dim in enumerate(names)}
-    for spelled, tokens in derived.items():
-        operands, operators = tokens[::2], ["*", *tokens[1::2]]
-        missing = [name for name in operands if name not in index]
-        if missing or len(operands) > NT_MAX_FACTORS:
-            raise UnsupportedKernel(
-                f"{group.key}: derived dim {spelled!r} takes at most {NT_MAX_FACTORS} names, "
-                f"each bound by an input (not {missing})"
-            )
-        factors = tuple(
-            (index[name] + 1) * (1 if operator == "*" else -1)
-            for name, operator in zip(operands, operators, strict=True)
-        )
-        names.append(Dim(spelled, spelled, 0, factors))
+    names += [_derived(group, spelled, names) for spelled in dict.fromkeys(derived)]
     if len(names) > NT_MAX_NAMES:
         raise UnsupportedKernel(
             f"{group.key}: {len(names)} named dims; the launcher takes at most {NT_MAX_NAMES}"
         )
     return names
+
+
+def _checked_dims(group: GroupDef, arg: Arg, kernel: CompiledKernel) -> list[str]:
+    """`arg`'s spelled dims, less the unnamed ones, where the launcher can check them."""
+    coalesced = not (arg.fixed or group.coalesce == "none")
+    if coalesced and group.coalesce != "leading":
+        raise UnsupportedKernel(
+            f"{group.key}: SPACE.dims names the dims of {arg.name}, which the launcher "
+            "coalesces; only tensors it does not (coalesce='none', SPACE.fixed) have them, "
+            "and trailing dims where it coalesces the leading ones"
+        )
+    if len(arg.dims) > arg.ndim or (not coalesced and len(arg.dims) != arg.ndim):
+        raise UnsupportedKernel(
+            f"{group.key}: SPACE.dims gives {arg.name} {len(arg.dims)} names for its "
+            f"{arg.ndim} dims"
+        )
+    spelled = _spelled(arg, kernel)
+    if coalesced and None in spelled:
+        raise UnsupportedKernel(f"{group.key}: {arg.name} names its trailing dims: each has a name")
+    derived = [dim for dim in spelled if dim is not None and _DERIVED.search(dim)]
+    if derived and (not arg.output or coalesced):
+        raise UnsupportedKernel(
+            f"{group.key}: {arg.name}'s dim {derived[0]!r} is derived: only outputs "
+            "the launcher does not coalesce have derived dims"
+        )
+    return [dim for dim in spelled if dim is not None]
+
+
+def _derived(group: GroupDef, spelled: str, names: Sequence[Dim]) -> Dim:
+    """A derived dim: its names, each bound by an input, multiplied or divided."""
+    tokens = [token.strip() for token in re.split(r"([*/])", spelled)]
+    operands, operators = tokens[::2], ["*", *tokens[1::2]]
+    index = {dim.name: n for n, dim in enumerate(names)}
+    missing = [name for name in operands if name not in index]
+    if missing or len(operands) > NT_MAX_FACTORS:
+        raise UnsupportedKernel(
+            f"{group.key}: derived dim {spelled!r} takes at most {NT_MAX_FACTORS} names, "
+            f"each bound by an input (not {missing})"
+        )
+    factors = tuple(
+        (index[name] + 1) * (1 if operator == "*" else -1)
+        for name, operator in zip(operands, operators, strict=True)
+    )
+    return Dim(spelled, spelled, 0, factors)
 
 
 def _position(arg: Arg, dim: int) -> int:
