@@ -173,6 +173,7 @@ def _args(
     if not members:
         return []
     values = []
+    position = {dim.spelled: n for n, dim in enumerate(names)}
     for index, arg in enumerate(members[0].args):
         flags = []
         if arg.is_tensor:
@@ -195,8 +196,7 @@ def _args(
                 f"{group.key}: argument {arg.name} has dtypes {sorted(seen)} across variants; "
                 "a tensor either follows the call's dtype or has one dtype of its own"
             )
-        index = {dim.spelled: n for n, dim in enumerate(names)}
-        dims = [-1 if dim is None else index[dim] for dim in _spelled(arg, members[0])]
+        dims = [-1 if dim is None else position[dim] for dim in _spelled(arg, members[0])]
         values.append(
             {
                 "name": arg.name,
