@@ -21,6 +21,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from tests.gpu.fuzz_draw import Draw
 from tests.gpu.fuzz_inputs import BOOL, DTYPES, FLOATS, INTEGERS
+from tests.gpu.layouts import BY_NAME
 
 
 @dataclasses.dataclass(frozen=True)
@@ -630,17 +631,12 @@ def _from_the_wheel():
         return {}
     built = ntops_prebuilt.manifest()["ops"]
     return {
-        api["name"]: _declared(api, tuple(DTYPES_BY_NAME[d] for d in built[api["op"]]["dtypes"]))
+        api["name"]: _declared(api, tuple(BY_NAME[d] for d in built[api["op"]]["dtypes"]))
         for api in _ops.APIS
         if api["wrapper"] is None and api["name"] not in SPECS
     }
 
 
-DTYPES_BY_NAME = {
-    "fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32,
-    "fp64": torch.float64, "i8": torch.int8, "i16": torch.int16, "i32": torch.int32,
-    "i64": torch.int64, "u8": torch.uint8, "bool": torch.bool,
-}  # fmt: skip
 SPECS.update(_from_the_wheel())
 REFERENCE = types.SimpleNamespace(**{op: spec.reference for op, spec in SPECS.items()})
 

@@ -11,6 +11,19 @@ import dataclasses
 import torch
 
 WIDE = 2**31 + 64  # a stride past int32: the launcher must pick 64-bit indexing
+# The manifest's dtype names (aot/space.py's DTYPES), as torch dtypes.
+BY_NAME = {
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+    "fp32": torch.float32,
+    "fp64": torch.float64,
+    "i8": torch.int8,
+    "i16": torch.int16,
+    "i32": torch.int32,
+    "i64": torch.int64,
+    "u8": torch.uint8,
+    "bool": torch.bool,
+}
 
 
 @dataclasses.dataclass(frozen=True)

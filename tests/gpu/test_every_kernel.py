@@ -6,21 +6,10 @@ import math
 import pytest
 import torch
 
+from tests.gpu.layouts import BY_NAME as DTYPES
 from tests.gpu.layouts import Spec, assert_kernel, strided, values
 
 F = torch.nn.functional
-DTYPES = {
-    "fp16": torch.float16,
-    "bf16": torch.bfloat16,
-    "fp32": torch.float32,
-    "fp64": torch.float64,
-    "i8": torch.int8,
-    "i16": torch.int16,
-    "i32": torch.int32,
-    "i64": torch.int64,
-    "u8": torch.uint8,
-    "bool": torch.bool,
-}
 TOLERANCES = {
     torch.float16: {"rtol": 2e-3, "atol": 2e-3},
     torch.bfloat16: {"rtol": 1.6e-2, "atol": 1e-2},
