@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PY ?= $(BIN)/python
 # The registry's default torch (a CUDA build): the one services run; README.md says why.
 TORCH ?= torch
-# The oldest torch the wheels claim (aot/package.py's MIN_TORCH, newest patch release),
+# The oldest torch the wheels claim (aot/package/wheel.py's MIN_TORCH, newest patch release),
 # in a venv of its own: tests/unit/test_oldest_torch.py registers the ops there.
 OLDEST_TORCH ?= torch==2.4.1
 OLDEST ?= .venv-oldest

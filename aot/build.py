@@ -1,12 +1,12 @@
 """A build, end to end: three stages over data.
 
-    plan(options) -> Plan                     what to make, and each variant's key (aot/plan.py)
+    plan(options) -> Plan                     what to make, and each variant's key (plan/)
     compile_all(plan) -> Compiled             from the store (the cache) or compiled in
-                                              workers, and stored (aot/compiled.py)
-    wheels.write(plan, compiled) -> wheels    the package stage (aot/wheels.py)
+                                              workers, and stored (compile/)
+    write_wheels(plan, compiled) -> wheels    the package stage (package/)
 
 With --shard, the last stage is `shards.write` instead: a shard file is the Compiled of
-this shard's variants, serialised; `merge` unions the shards' and calls `wheels.write`.
+this shard's variants, serialised; `merge` unions the shards' and calls `write_wheels`.
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ import dataclasses
 import pathlib
 import time
 
-from ntops_aot.aot import shards, wheels
-from ntops_aot.aot.compile import CompiledKernel
-from ntops_aot.aot.compiled import Compiled, Progress, compile_all
-from ntops_aot.aot.config import BuildOptions
-from ntops_aot.aot.errors import PARTIAL_EXIT_CODE, VariantFailure
-from ntops_aot.aot.plan import Plan, plan
-from ntops_aot.aot.space import Variant
+from .compile.cubins import CompiledKernel
+from .compile.stage import Compiled, Progress, compile_all
+from .config import BuildOptions
+from .declare.space import Variant
+from .errors import PARTIAL_EXIT_CODE, VariantFailure
+from .package import shards
+from .package.stage import write_wheels
+from .plan.stage import Plan, plan
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,5 +64,5 @@ def build(options: BuildOptions, progress: Progress | None = None) -> BuildResul
     if options.shard is not None:
         outputs: tuple[pathlib.Path, ...] = (shards.write(planned, compiled),)
     else:
-        outputs = wheels.write(planned, compiled)
+        outputs = write_wheels(planned, compiled)
     return BuildResult.of(outputs, planned, compiled, start)

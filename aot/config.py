@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ntops_aot.aot.errors import ConfigError, UsageError
+from .errors import ConfigError, UsageError
 
 if sys.version_info >= (3, 11):
     import tomllib

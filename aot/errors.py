@@ -37,6 +37,12 @@ class ToolchainError(ConfigError):
     ninetoothed other than the pinned version): a bad environment."""
 
 
+class TuningError(BuildError):
+    """A tuning table that cannot be used as it is, or a tuning run that cannot run."""
+
+    exit_code = 3
+
+
 class UnsupportedKernel(BuildError):
     """A kernel definition the AOT pipeline cannot build as written."""
 

@@ -2,7 +2,7 @@
 a single build would write, byte for byte (same sources, same toolchain).
 
 A merge is a union of shards followed by the build's own package stage
-(`wheels.write`). It plans the build the shards share, checks that they agree (one
+(`write_wheels`). It plans the build the shards share, checks that they agree (one
 selection, one toolchain, every shard once) and that they cover the plan exactly once
 under the keys it computes itself (so shards of another commit or toolchain are
 refused, not packaged), and packages their kernels; it compiles nothing.
@@ -16,13 +16,14 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ntops_aot.aot import shards, wheels
-from ntops_aot.aot.build import BuildResult
-from ntops_aot.aot.compile import CompiledKernel
-from ntops_aot.aot.compiled import Compiled
-from ntops_aot.aot.config import BuildOptions
-from ntops_aot.aot.errors import MergeError
-from ntops_aot.aot.plan import Plan, plan
+from .build import BuildResult
+from .compile.cubins import CompiledKernel
+from .compile.stage import Compiled
+from .config import BuildOptions
+from .errors import MergeError
+from .package import shards
+from .package.stage import write_wheels
+from .plan.stage import Plan, plan
 
 
 def merge(paths: Sequence[pathlib.Path], options: BuildOptions) -> BuildResult:
@@ -35,7 +36,7 @@ def merge(paths: Sequence[pathlib.Path], options: BuildOptions) -> BuildResult:
     _check_toolchain(planned, parts[0])
     compiled = union(planned, parts)
     compiled.check(planned)
-    return BuildResult.of(wheels.write(planned, compiled), planned, compiled, start)
+    return BuildResult.of(write_wheels(planned, compiled), planned, compiled, start)
 
 
 def union(planned: Plan, parts: Sequence[shards.Shard]) -> Compiled:

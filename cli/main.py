@@ -15,13 +15,14 @@ from typing import Any
 
 import click
 
-from ntops_aot.aot import build as pipeline
-from ntops_aot.aot import config, wheels
-from ntops_aot.aot.errors import BuildError, NotAWheel
-from ntops_aot.aot.merge import merge as merge_shards
-from ntops_aot.aot.plan import plan
-from ntops_aot.cli.progress import Progress, duration
-from ntops_aot.cli.report import describe_wheel
+from ..aot import config
+from ..aot.build import BuildResult, build
+from ..aot.errors import BuildError, NotAWheel
+from ..aot.merge import merge
+from ..aot.package.stage import ptx_kernels
+from ..aot.plan.stage import plan
+from .progress import Progress, duration
+from .report import describe_wheel
 
 INTERRUPTED = 130
 
@@ -107,10 +108,10 @@ def main() -> None:
     """Build ninetoothed kernels ahead of time into a zero-JIT, torch-compatible wheel."""
 
 
-@main.command()
+@main.command("build")
 @_options(_SELECTION, _FOLDERS, _BUILD)
 @_reports_errors
-def build(**values: Any) -> None:
+def build_command(**values: Any) -> None:
     """Compile every selected variant (the cache permitting) and write the wheel."""
     options = _resolve(values)
     result = _build(options)
@@ -119,19 +120,19 @@ def build(**values: Any) -> None:
     sys.exit(result.exit_code)
 
 
-def _build(options: config.BuildOptions) -> pipeline.BuildResult:
+def _build(options: config.BuildOptions) -> BuildResult:
     """Build with a progress display, and print what was written."""
     progress = Progress()
     try:
-        result = pipeline.build(options, progress)
+        result = build(options, progress)
     finally:
         progress.finish()
     _summary(result)
     return result
 
 
-def _warn_ptx(result: pipeline.BuildResult) -> None:
-    shipped = wheels.ptx_kernels(result.kernels)
+def _warn_ptx(result: BuildResult) -> None:
+    shipped = ptx_kernels(result.kernels)
     if not shipped:
         click.echo(
             "ntops-aot: warning: --ptx shipped no PTX: the PTX of sm_90a, sm_100a and sm_120a "
@@ -177,14 +178,14 @@ def list_(**values: Any) -> None:
         click.echo(variant.id)
 
 
-@main.command()
+@main.command("merge")
 @click.argument("shards", nargs=-1, required=True, type=click.Path(path_type=pathlib.Path))
 @_options(_FOLDERS, [_option("build-dir", "Generated sources."), _option("cache-dir", "Cache.")])
 @_options([_BUILD[3], _BUILD[4], _SELECTION[-2], _SELECTION[-1]])
 @_reports_errors
-def merge(shards: tuple[pathlib.Path, ...], **values: Any) -> None:
+def merge_command(shards: tuple[pathlib.Path, ...], **values: Any) -> None:
     """Join the shard files of `build --shard K/N` into the wheel one build writes."""
-    result = merge_shards(shards, _resolve(values))
+    result = merge(shards, _resolve(values))
     _summary(result)
     sys.exit(result.exit_code)
 
@@ -207,7 +208,7 @@ def inspect(wheel: pathlib.Path, as_json: bool) -> None:
         click.echo(describe_wheel(wheel, manifest, sizes))
 
 
-def _summary(result: pipeline.BuildResult) -> None:
+def _summary(result: BuildResult) -> None:
     cached = len(result.variants) - result.compiled - len(result.failures)
     failed = f", {len(result.failures)} FAILED" if result.failures else ""
     first, *others = result.outputs

@@ -8,7 +8,7 @@ import sys
 import time
 from typing import TextIO
 
-from ntops_aot.aot.compiled import Event
+from ..aot.compile.stage import Event
 
 
 def duration(seconds: float) -> str:

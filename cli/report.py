@@ -7,7 +7,7 @@ import pathlib
 from collections.abc import Mapping
 from typing import Any
 
-from ntops_aot.aot.space import UNBOUNDED, Config
+from ..aot.declare.space import UNBOUNDED, Config
 
 
 def describe_wheel(

@@ -7,9 +7,10 @@ The tile loop, its configurations and their buckets are matmul.py's.
 
 import functools
 
-from ntops_aot.aot.api import Api, sample
-from ntops_aot.aot.space import Operand, Tuning
-from ntops_aot.kernels import matmul
+from ntops_aot.aot.declare.api import Api, sample
+from ntops_aot.aot.declare.space import Operand, Tuning
+
+from . import matmul
 
 
 def _linear(m, k, n):

@@ -2,9 +2,10 @@
 
 import ninetoothed.language as ntl
 
-from ntops_aot.aot.api import Api, sample
-from ntops_aot.aot.space import BOOL, INTEGERS, VariantSpace
-from ntops_aot.kernels import element_wise
+from ntops_aot.aot.declare.api import Api, sample
+from ntops_aot.aot.declare.space import BOOL, INTEGERS, VariantSpace
+
+from . import element_wise
 
 SPACE = VariantSpace(
     dtypes=INTEGERS + BOOL,

@@ -13,9 +13,10 @@ import ninetoothed
 import ninetoothed.language as ntl
 from ninetoothed import Tensor
 
-from ntops_aot.aot.api import Api, sample
-from ntops_aot.aot.space import FLOATS, VariantSpace
-from ntops_aot.kernels import element_wise
+from ntops_aot.aot.declare.api import Api, sample
+from ntops_aot.aot.declare.space import FLOATS, VariantSpace
+
+from . import element_wise
 
 BOUND = ("scalar", "tensor")
 SPACE = VariantSpace(

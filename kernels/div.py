@@ -17,9 +17,10 @@ below fp32's normal range still comes out as zero (1e-39 / 3 is 0, not 3.3e-40).
 import ninetoothed.language as ntl
 from ninetoothed.language import libdevice
 
-from ntops_aot.aot.api import Api, sample
-from ntops_aot.aot.space import FLOATS, VariantSpace
-from ntops_aot.kernels import element_wise
+from ntops_aot.aot.declare.api import Api, sample
+from ntops_aot.aot.declare.space import FLOATS, VariantSpace
+
+from . import element_wise
 
 SPACE = VariantSpace(
     dtypes=FLOATS,

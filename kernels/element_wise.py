@@ -10,7 +10,7 @@ import functools
 import ninetoothed
 from ninetoothed import Tensor
 
-from ntops_aot.aot.space import Config
+from ntops_aot.aot.declare.space import Config
 
 NDIMS = (1, 2, 4)
 # Flattened, 4 dims lose what the specialisations assume of the last one: Triton's

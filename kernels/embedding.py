@@ -23,8 +23,8 @@ import functools
 import ninetoothed.language as ntl
 from ninetoothed import Tensor
 
-from ntops_aot.aot.api import Api, sample
-from ntops_aot.aot.space import FLOATS, Config, VariantSpace
+from ntops_aot.aot.declare.api import Api, sample
+from ntops_aot.aot.declare.space import FLOATS, Config, VariantSpace
 
 SPACE = VariantSpace(
     dtypes=FLOATS,

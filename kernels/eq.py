@@ -6,9 +6,10 @@ dtype first as torch does (an fp16 tensor compares with fp16(0.1), not with 0.1)
 
 import ninetoothed.language as ntl
 
-from ntops_aot.aot.api import Api, sample
-from ntops_aot.aot.space import BOOL, FLOATS, INTEGERS, VariantSpace
-from ntops_aot.kernels import element_wise
+from ntops_aot.aot.declare.api import Api, sample
+from ntops_aot.aot.declare.space import BOOL, FLOATS, INTEGERS, VariantSpace
+
+from . import element_wise
 
 SPACE = VariantSpace(
     dtypes=FLOATS + INTEGERS + BOOL,

@@ -2,9 +2,10 @@
 
 import ninetoothed.language as ntl  # noqa: F401
 
-from ntops_aot.aot.api import Api, sample
-from ntops_aot.aot.space import FLOATS, VariantSpace
-from ntops_aot.kernels import element_wise
+from ntops_aot.aot.declare.api import Api, sample
+from ntops_aot.aot.declare.space import FLOATS, VariantSpace
+
+from . import element_wise
 
 SPACE = VariantSpace(
     dtypes=FLOATS, ndims=element_wise.NDIMS, specialized_ndims=element_wise.SPECIALIZED_NDIMS

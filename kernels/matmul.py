@@ -19,8 +19,9 @@ import triton
 import triton.language as tl
 from ninetoothed import Tensor
 
-from ntops_aot.aot.space import FLOATS, Bucket, Config, Operand, VariantSpace
-from ntops_aot.kernels.parts import arrive, claim, partial_results
+from ntops_aot.aot.declare.space import FLOATS, Bucket, Config, Operand, VariantSpace
+
+from .parts import arrive, claim, partial_results
 
 # Kernels with unit-stride dims: the left operand row-major (activations are), the
 # right one row-major or column-major: `x @ w.t()` with w in nn.Linear's (out, in)

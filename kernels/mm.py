@@ -8,9 +8,10 @@ matmul.py's.
 
 import functools
 
-from ntops_aot.aot.api import Api, sample
-from ntops_aot.aot.space import Tuning
-from ntops_aot.kernels import matmul
+from ntops_aot.aot.declare.api import Api, sample
+from ntops_aot.aot.declare.space import Tuning
+
+from . import matmul
 
 SPACE = matmul.space(
     2,

@@ -7,7 +7,7 @@ leading dims, and an AOT build cannot specialise on the row length as a JIT woul
 
 import ninetoothed.language as ntl
 
-from ntops_aot.aot.space import Config
+from ntops_aot.aot.declare.space import Config
 
 # 1024 elements per tile, 4 warps: a row of 8192 fp16 is 8 iterations of 16-byte loads.
 BLOCK_SIZE = 1024

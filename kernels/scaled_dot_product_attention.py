@@ -36,9 +36,10 @@ import triton
 import triton.language as tl
 from ninetoothed import Tensor
 
-from ntops_aot.aot.api import Api, sample
-from ntops_aot.aot.space import FLOATS, Bucket, Config, Operand, Tuning, VariantSpace
-from ntops_aot.kernels.parts import arrive, claim, partial_results
+from ntops_aot.aot.declare.api import Api, sample
+from ntops_aot.aot.declare.space import FLOATS, Bucket, Config, Operand, Tuning, VariantSpace
+
+from .parts import arrive, claim, partial_results
 
 MASKS = ("none", "causal", "bool", "float")
 SPACE = VariantSpace(

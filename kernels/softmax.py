@@ -11,9 +11,10 @@ import functools
 import ninetoothed.language as ntl
 from ninetoothed import Tensor
 
-from ntops_aot.aot.api import Api, sample
-from ntops_aot.aot.space import FLOATS, VariantSpace
-from ntops_aot.kernels import reduction
+from ntops_aot.aot.declare.api import Api, sample
+from ntops_aot.aot.declare.space import FLOATS, VariantSpace
+
+from . import reduction
 
 SPACE = VariantSpace(dtypes=(*FLOATS, "fp64"), ndims=(2, 3), coalesce="leading")
 

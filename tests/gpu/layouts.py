@@ -11,7 +11,7 @@ import dataclasses
 import torch
 
 WIDE = 2**31 + 64  # a stride past int32: the launcher must pick 64-bit indexing
-# The manifest's dtype names (aot/space.py's DTYPES), as torch dtypes.
+# The manifest's dtype names (aot/declare/space.py's DTYPES), as torch dtypes.
 BY_NAME = {
     "fp16": torch.float16,
     "bf16": torch.bfloat16,

@@ -29,14 +29,14 @@ def build_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def toolchain(build_dir):
     """The test process's toolchain (a build's workers each make their own)."""
-    from ntops_aot.aot.toolchain import Toolchain
+    from ntops_aot.aot.toolchain.compilers import Toolchain
 
     return Toolchain(build_dir / "cache" / "toolchain")
 
 
 @pytest.fixture(scope="session")
 def registry(toolchain):
-    from ntops_aot.aot import ops
+    from ntops_aot.aot.declare import registry as ops
 
     return ops.load_all(toolchain)
 

@@ -10,7 +10,7 @@ import zipfile
 import pytest
 
 from ntops_aot.aot import build as pipeline
-from ntops_aot.aot.wheels import ptx_kernels
+from ntops_aot.aot.package.stage import ptx_kernels
 from tests.wheels import install
 
 PLAN = """

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from ntops_aot.aot import codegen
-from ntops_aot.aot.space import Config, Variant
-from ntops_aot.aot.targets import TARGETS
+from ntops_aot.aot.compile import codegen
+from ntops_aot.aot.declare.space import Config, Variant
+from ntops_aot.aot.declare.targets import TARGETS
 
 
 @pytest.fixture
@@ -55,7 +55,7 @@ def test_element_wise_specialisations_stop_at_two_dims(generate):
 
 
 def test_specialised_ndims_need_the_generic_kernel():
-    from ntops_aot.aot.space import VariantSpace
+    from ntops_aot.aot.declare.space import VariantSpace
 
     with pytest.raises(ValueError, match="generic"):
         VariantSpace(dtypes=("fp16",), ndims=(4,), specs=("unit",), specialized_ndims=2)

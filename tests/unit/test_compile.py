@@ -7,11 +7,12 @@ import subprocess
 
 import pytest
 
-from ntops_aot.aot import codegen
-from ntops_aot.aot.codegen import Arg, GeneratedKernel, Param
-from ntops_aot.aot.compile import compile_kernel
+from ntops_aot.aot.compile import codegen
+from ntops_aot.aot.compile.codegen import GeneratedKernel, Param
+from ntops_aot.aot.compile.cubins import compile_kernel
+from ntops_aot.aot.declare.arguments import Arg
+from ntops_aot.aot.declare.space import Spec, Variant
 from ntops_aot.aot.errors import CompileError
-from ntops_aot.aot.space import Spec, Variant
 
 
 def cuobjdump(*args):

@@ -2,6 +2,7 @@
 the exit code of each kind of failure, `inspect`, and what a cache key covers."""
 
 import dataclasses
+import json
 import os
 import pathlib
 import subprocess
@@ -9,10 +10,11 @@ import sys
 
 import pytest
 
-from ntops_aot.aot import cache as caching
-from ntops_aot.aot import config, versions
+from ntops_aot.aot import config
 from ntops_aot.aot.errors import ConfigError, UsageError
-from ntops_aot.aot.fingerprint import Sources
+from ntops_aot.aot.store import cache as caching
+from ntops_aot.aot.store.fingerprint import Sources
+from ntops_aot.aot.toolchain import versions
 
 PYPROJECT = """
 [tool.ntops-aot]
@@ -80,13 +82,13 @@ def test_a_command_line_reads_back_as_the_options_it_was_written_from(tmp_path):
     assert written.startswith("ntops-aot build --arch sm_80,sm_90 --ops 'add,soft*' ")
     import shlex
 
-    context = cli_main.build.make_context("build", shlex.split(written)[2:])
+    context = cli_main.build_command.make_context("build", shlex.split(written)[2:])
     assert cli_main._resolve(context.params) == options
 
 
 def test_a_reproducer_builds_its_variant_alone_with_the_options_that_reach_the_compiler():
-    from ntops_aot.aot.plan import reproduce
-    from ntops_aot.aot.space import Variant
+    from ntops_aot.aot.declare.space import Variant
+    from ntops_aot.aot.plan.stage import reproduce
 
     variant = Variant("neg", "sm_80", "fp16", 2, widest=True)
     options = config.BuildOptions(ndims=(1, 2), num_stages=2, tuning=False, jobs=8)
@@ -195,11 +197,38 @@ def test_an_op_key_covers_its_file_and_the_project_modules_it_imports():
     abs_ = set(sources.closure(["ntops_aot.kernels.abs"]))
     assert "ntops_aot.kernels.element_wise" in abs_
     compiler = set(sources.closure(caching.COMPILER_MODULES))
-    assert {"ntops_aot.aot.compile", "ntops_aot.aot.codegen", "ntops_aot.aot.toolchain"} <= compiler
+    assert {
+        "ntops_aot.aot.compile.cubins",
+        "ntops_aot.aot.compile.codegen",
+        "ntops_aot.aot.toolchain.compilers",
+    } <= compiler
+
+
+def _imported_project_modules(modules):
+    """The ntops_aot modules a fresh interpreter holds after importing `modules`."""
+    code = (
+        "import json, sys\n"
+        f"for name in {list(modules)!r}: __import__(name)\n"
+        "print(json.dumps(sorted(n for n, m in sys.modules.items()\n"
+        "    if n.startswith('ntops_aot.') and getattr(m, '__file__', None))))"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return set(json.loads(run.stdout.splitlines()[-1]))
+
+
+@pytest.mark.parametrize("kernel", ["abs", "mm", "scaled_dot_product_attention"])
+def test_a_kernel_key_covers_every_project_module_compiling_it_imports(kernel):
+    """What the compile stage really imports, relative imports included, is what a
+    kernel's key hashes: an edit to any of those modules recompiles the kernel."""
+    module = f"ntops_aot.kernels.{kernel}"
+    imported = _imported_project_modules([module, *caching.COMPILER_MODULES])
+    covered = set(Sources().closure([module, *caching.COMPILER_MODULES]))
+    assert imported <= covered, sorted(imported - covered)
+    assert "ntops_aot.aot.package.render" not in covered  # rendering recompiles nothing
 
 
 def test_a_key_covers_the_toolchain_triton_settings_variant_and_options(registry):
-    from ntops_aot.aot import enumerate as enumeration
+    from ntops_aot.aot.plan import select as enumeration
 
     variants = enumeration.variants(registry, ["abs"], ["sm_80", "sm_90"], ("fp16",), (1,))
     module = registry["abs"].module.__name__

@@ -12,7 +12,7 @@ import types
 
 import torch
 
-from ntops_aot.aot.space import DTYPES
+from ntops_aot.aot.declare.space import DTYPES
 from tests.gpu import fuzz
 from tests.gpu.fuzz_check import (
     BOTH_RAISE,

@@ -45,9 +45,9 @@ def interpreted(test):
 
 
 def maker(build_dir):
-    from ntops_aot.aot import ops
-    from ntops_aot.aot.targets import TARGETS
-    from ntops_aot.aot.toolchain import Toolchain
+    from ntops_aot.aot.declare import registry as ops
+    from ntops_aot.aot.declare.targets import TARGETS
+    from ntops_aot.aot.toolchain.compilers import Toolchain
 
     toolchain = Toolchain(build_dir)
     registry = ops.load_all(toolchain)
@@ -367,7 +367,7 @@ def check_matrix_products_through_tma(make):
     """The aligned specialisations' path: TMA descriptors over row-major activations
     and weights in nn.Linear's layout or row-major, one row (decode) included, with
     the zero stride the launcher gives a dim of size 1."""
-    from ntops_aot.aot.space import Spec
+    from ntops_aot.aot.declare.space import Spec
 
     small = {"block_size_m": 16, "block_size_n": 16, "block_size_k": 16, "tma": True}
     half = torch.float16

@@ -268,8 +268,8 @@ def test_split_grids_fill_the_last_wave():
     """Split-K configurations launch the tiles times the fewest parts (up to the
     split) that fill the programs' last wave over the multiprocessors to 90%, else the
     parts that fill it most."""
-    from ntops_aot.aot import codegen
-    from ntops_aot.aot.space import Config
+    from ntops_aot.aot.compile import codegen
+    from ntops_aot.aot.declare.space import Config
 
     grid = codegen._launched("tiles", Config({}, 4, 4, split=4))
     names = {"multiprocessors": 132, "parts": codegen.parts}

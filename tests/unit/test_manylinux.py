@@ -9,8 +9,8 @@ import zipfile
 
 import pytest
 
-from ntops_aot.aot import manylinux
 from ntops_aot.aot.errors import ExtensionBuildError
+from ntops_aot.aot.package import manylinux
 
 # The dl* calls' first versions, which driver.c binds to (GLIBC_2.34 is the default).
 FIRST_VERSION = {"x86_64": "GLIBC_2.2.5", "aarch64": "GLIBC_2.17"}

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from ntops_aot.aot.package import MIN_TORCH
+from ntops_aot.aot.package.wheel import MIN_TORCH
 
 ROOT = pathlib.Path(__file__).parents[2]
 OLDEST = ROOT / ".venv-oldest" / "bin" / "python"

@@ -19,7 +19,7 @@ import zipfile
 
 import pytest
 
-from ntops_aot.aot.cache import FORMAT
+from ntops_aot.aot.store.cache import FORMAT
 from tests.wheels import install
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -157,7 +157,7 @@ def test_editing_a_shared_tiling_recompiles_exactly_its_users(project):
 
 def test_editing_the_compiler_recompiles_everything(project):
     project.build("first").ok()
-    project.edit("aot/compile.py", "\n# edited\n")
+    project.edit("aot/compile/cubins.py", "\n# edited\n")
     assert project.build("again").ok().compiled_ids == ALL
 
 

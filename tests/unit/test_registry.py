@@ -6,7 +6,7 @@ import inspect
 
 import pytest
 
-from ntops_aot.aot import api as api_
+from ntops_aot.aot.declare import api as api_
 
 # What the runtime exports beside the declared functions: configuration.
 SETTINGS = {"set_default_num_warps", "set_default_num_stages", "set_default_max_num_configs"}
@@ -119,3 +119,44 @@ def test_declarations_that_cannot_be_rendered_are_refused():
         api_.describe(
             "abs", api_.Api("(Tensor input)", "torch.abs", (api_.sample(x=(3,)),)), {}, "a"
         )
+
+
+def _altered(op, **space):
+    """Kernel file `op` with its SPACE changed, as a module of its own."""
+    import dataclasses
+    import types
+
+    module = types.ModuleType(f"{op.module.__name__}_altered")
+    module.__dict__.update({k: v for k, v in vars(op.module).items() if not k.startswith("__")})
+    module.SPACE = dataclasses.replace(op.space, **space)
+    return type(op)(op.name, module)
+
+
+def _defaults(op):
+    from ntops_aot.aot.declare.registry import every_variant
+
+    buckets = op.tuning.names if op.tuning else ("all",)
+    return {v.id: {b: op.config(v, b) for b in buckets} for v in every_variant(op.name, op.space)}
+
+
+@pytest.mark.parametrize(
+    ("op", "space", "words"),
+    [
+        ("mm", {"dims": {"input": ("rows",), "output": ("rows", "columns")}}, "1 names for its 2"),
+        ("mm", {"dims": {"input": ("rows", "inner"), "other": ("inner", "n"),
+                         "output": ("rows", "m/k")}}, r"each bound by an input"),
+        ("add", {"dims": {"input": ("n",)}}, "which the launcher coalesces"),
+        ("scaled_dot_product_attention", {"dims": {"query": ("b", "h", "s", "d={width}")}},
+         "names no switch value"),
+    ],
+)  # fmt: skip
+def test_declarations_are_checked_when_a_kernel_file_is_loaded(registry, op, space, words):
+    """A SPACE the launcher could not serve is refused by the registry, naming the
+    kernel file, before any variant compiles (it used to fail after all had)."""
+    from ntops_aot.aot.declare.registry import check
+    from ntops_aot.aot.errors import UnsupportedKernel
+
+    altered = _altered(registry[op], **space)
+    check(registry[op], _defaults(registry[op]))  # the file as it is passes
+    with pytest.raises(UnsupportedKernel, match=f"kernels.{op}_altered: .*{words}"):
+        check(altered, _defaults(altered))

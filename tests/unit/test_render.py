@@ -8,8 +8,11 @@ import types
 import jinja2
 import pytest
 
-from ntops_aot.aot import cexpr, codegen, package, render
+from ntops_aot.aot.compile import codegen
+from ntops_aot.aot.declare.arguments import Arg
 from ntops_aot.aot.errors import UnsupportedKernel
+from ntops_aot.aot.package import cexpr, render
+from ntops_aot.aot.package import wheel as package
 
 STRICT = ("-Wall", "-Wextra", "-Werror", "-Wshadow", "-Wstrict-prototypes", "-Wmissing-prototypes")
 # The launcher's core: the kernel tables, shapes, kernel choice and packing, the driver.
@@ -128,7 +131,7 @@ def _named(group, members):
 
 
 def test_named_dims_are_checked_as_the_launcher_needs_them():
-    arg = codegen.Arg
+    arg = Arg
     rows = arg("input", 2, "fp16", dims=("rows", "inner"))
     columns = arg("other", 2, "fp16", dims=("inner", "columns"))
     output = arg("output", 2, "fp16", output=True, dims=("rows", "columns"))
@@ -176,7 +179,7 @@ def test_named_dims_are_checked_as_the_launcher_needs_them():
 def test_named_dims_take_switches_trailing_names_and_derived_sizes():
     """Attention's spelling: head_dim compiled in from the variant's switch, its output
     rows derived from the heads; a norm names the trailing dim of its coalesced rows."""
-    arg = codegen.Arg
+    arg = Arg
     query = arg("query", 3, "fp16", dims=("heads_q", "seq_q", "head_dim={head_dim}"))
     key = arg("key", 3, "fp16", dims=("heads_kv", None, "head_dim={head_dim}"))
     output = arg(

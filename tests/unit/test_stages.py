@@ -9,12 +9,15 @@ import zipfile
 
 import pytest
 
-from ntops_aot.aot import archive, merge, shards, versions, wheels
+from ntops_aot.aot import merge
 from ntops_aot.aot.build import build
-from ntops_aot.aot.compiled import compile_all
+from ntops_aot.aot.compile.stage import compile_all
 from ntops_aot.aot.config import BuildOptions
 from ntops_aot.aot.errors import MergeError
-from ntops_aot.aot.plan import plan
+from ntops_aot.aot.package import archive, shards
+from ntops_aot.aot.package import stage as wheels
+from ntops_aot.aot.plan.stage import plan
+from ntops_aot.aot.toolchain import versions
 from tests.unit.conftest import SMALL
 
 

@@ -3,12 +3,13 @@ driver set only while it is used, and any other ninetoothed than the pinned one 
 
 import pytest
 
-from ntops_aot.aot import codegen, ninetoothed_adapter, versions
-from ntops_aot.aot.compile import compile_kernel
+from ntops_aot.aot.compile import codegen
+from ntops_aot.aot.compile.cubins import compile_kernel
+from ntops_aot.aot.declare.space import Variant
+from ntops_aot.aot.declare.targets import TARGETS
 from ntops_aot.aot.errors import ToolchainError
-from ntops_aot.aot.space import Variant
-from ntops_aot.aot.targets import TARGETS
-from ntops_aot.aot.toolchain import Toolchain
+from ntops_aot.aot.toolchain import ninetoothed_adapter, versions
+from ntops_aot.aot.toolchain.compilers import Toolchain
 
 ADD = Variant("add", "sm_80", "fp16", 1, (("other", "tensor"),), widest=True)
 

@@ -7,11 +7,13 @@ import sys
 
 import pytest
 
-from ntops_aot.aot import space, tuning, versions
 from ntops_aot.aot.config import BuildOptions
-from ntops_aot.aot.plan import plan
-from ntops_aot.aot.space import Config, Variant
-from ntops_aot.aot.tuning import TuningError
+from ntops_aot.aot.declare import space
+from ntops_aot.aot.declare.space import Config, Variant
+from ntops_aot.aot.errors import TuningError
+from ntops_aot.aot.plan import tuning
+from ntops_aot.aot.plan.stage import plan
+from ntops_aot.aot.toolchain import versions
 
 CLI = (sys.executable, "-m", "ntops_aot.cli.main")
 MM = Variant("mm", "sm_90", "bf16", 2, (("fp32_precision", "tf32"),))
@@ -219,7 +221,7 @@ def test_tune_refuses_ops_that_declare_no_tuning(tmp_path):
 def test_the_committed_tables_fit_the_kernel_files(tmp_path):
     """Every table under kernels/tuning matches this toolchain and names only variants,
     buckets and configurations the kernel files declare."""
-    from ntops_aot.aot.targets import TARGETS
+    from ntops_aot.aot.declare.targets import TARGETS
 
     arches = tuple(a for a in TARGETS if (tuning.tables_dir() / f"{a}.json").is_file())
     assert arches, "no committed tuning table"
@@ -272,9 +274,9 @@ def test_every_tuning_names_functions_that_exist(registry):
 
     import torch
 
-    from ntops_aot.aot import ops
+    import ntops_aot.aot
 
-    runtime = pathlib.Path(ops.__file__).parent / "runtime"
+    runtime = pathlib.Path(ntops_aot.aot.__file__).parent / "runtime"
     defined = {
         node.name: [arg.arg for arg in node.args.args + node.args.kwonlyargs]
         for path in runtime.glob("*.py")

@@ -15,7 +15,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from ntops_aot.aot import package
+from ntops_aot.aot.package import wheel as package
 
 RUNTIME = {
     "__init__.py",
@@ -40,7 +40,7 @@ RUNTIME = {
     "_softmax.py",
     "tune.py",
 }
-# Rendered by the build from the kernel files' declarations (aot/exports.py).
+# Rendered by the build from the kernel files' declarations (aot/package/exports.py).
 GENERATED = {"_functions.py", "_ops.py"}
 
 

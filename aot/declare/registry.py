@@ -14,10 +14,14 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
-from ntops_aot.aot import api
-from ntops_aot.aot.space import ALL, DTYPES, Config, Tuning, Variant, VariantSpace
-from ntops_aot.aot.targets import TARGETS
-from ntops_aot.aot.toolchain import Toolchain
+from ..errors import UnsupportedKernel
+from ..toolchain.compilers import Toolchain
+from . import api
+from .arguments import Arg, arguments, own_dtype, parameters
+from .dims import named_dims
+from .limits import NT_MAX_ARGS, NT_MAX_DIMS
+from .space import ALL, DTYPES, Config, Spec, Tuning, Variant, VariantSpace, group_key
+from .targets import TARGETS
 
 KERNELS_PACKAGE = "ntops_aot.kernels"
 
@@ -94,7 +98,7 @@ class OpDef:
         if declared is None:
             raise ValueError(
                 f"{self.module.__name__}: no API: declare the torch function the op is "
-                "beside SPACE (`API = Api(...)`, see aot/api.py and README's Adding an op)"
+                "beside SPACE (`API = Api(...)`, see aot/declare/api.py and README's Adding an op)"
             )
         declared = declared if isinstance(declared, tuple) else (declared,)
         module = self.module.__name__
@@ -108,9 +112,22 @@ class OpDef:
 
         return "spec" in inspect.signature(self.module.premake).parameters
 
-    def premake(self, variant: Variant, extra: Mapping[str, int]) -> Any:
+    def premake(self, variant: Variant, config: Config, spec: Spec | None = None) -> Any:
+        """The file's `premake(ndim, dtype, **switches, **config)` for `variant`:
+        (arrangement, application, tensors). `spec` reaches premakes that take it, a
+        split configuration's parts as `split`."""
+        extra: dict[str, Any] = dict(config.premake)
+        if self.premake_takes_spec:
+            extra["spec"] = spec
+        if config.split > 1:
+            extra["split"] = config.split
         dtype = DTYPES[variant.dtype].triton
         return self.module.premake(variant.ndim, dtype, **dict(variant.switches), **extra)
+
+    def arguments(self, variant: Variant, config: Config) -> tuple[Arg, ...]:
+        """What a call of `variant`'s kernels passes (the same for every spec)."""
+        _, application, tensors = self.premake(variant, config)
+        return arguments(self.name, self.space, parameters(application), tensors)
 
 
 def kernel_modules() -> list[str]:
@@ -140,7 +157,60 @@ def read_op(module: str, toolchain: Toolchain) -> OpInfo | None:
         buckets = op.tuning.names if op.tuning else (ALL,)
         defaults[variant.id] = {b: op.config(variant, b) for b in buckets}
         candidates[variant.id] = {b: op.candidates(variant, b) for b in buckets}
-    return OpInfo(name, module, space, op.tuning, defaults, candidates, op.apis())
+    apis = op.apis()
+    check(op, defaults)
+    return OpInfo(name, module, space, op.tuning, defaults, candidates, apis)
+
+
+def check(op: OpDef, defaults: Mapping[str, Mapping[str, Config]]) -> None:
+    """What the launcher will need of `op`'s kernels, checked on its declarations
+    before anything compiles: per group (switch values), the arguments of every dtype
+    and ndim within the launcher's limits, of one count, each tensor's dtype rule, the
+    named dims (SPACE.dims) and the tuning's bucket keys. Raises UnsupportedKernel
+    naming the kernel file."""
+    try:
+        for switches, variants in _groups(op.name, op.space).items():
+            key = group_key(op.name, switches)
+            calls = [(v, op.arguments(v, next(iter(defaults[v.id].values())))) for v in variants]
+            _check_group(op, key, dict(switches), calls)
+    except UnsupportedKernel as error:
+        raise UnsupportedKernel(f"{op.module.__name__}: {error}") from error
+
+
+def _groups(name: str, space: VariantSpace) -> dict[tuple[tuple[str, str], ...], list[Variant]]:
+    """One arch's variants (arguments do not depend on the arch), by switch values."""
+    first = next(iter(TARGETS))
+    found: dict[tuple[tuple[str, str], ...], list[Variant]] = {}
+    for variant in every_variant(name, space):
+        if variant.arch == first:
+            found.setdefault(variant.switches, []).append(variant)
+    return found
+
+
+def _check_group(
+    op: OpDef, key: str, switches: Mapping[str, str], calls: list[tuple[Variant, tuple[Arg, ...]]]
+) -> None:
+    counts = {len(args) for _, args in calls}
+    if len(counts) > 1:
+        raise UnsupportedKernel(f"{key}: its variants take {sorted(counts)} arguments")
+    widest = max(arg.ndim for _, args in calls for arg in args)
+    if counts.pop() > NT_MAX_ARGS or widest > NT_MAX_DIMS:
+        raise UnsupportedKernel(
+            f"{key}: {len(calls[0][1])} arguments of up to {widest} dims; the launcher "
+            f"takes at most {NT_MAX_ARGS} of {NT_MAX_DIMS}"
+        )
+    kinds = [(DTYPES[variant.dtype].triton, args) for variant, args in calls]
+    for index in range(len(calls[0][1])):
+        own_dtype(key, index, kinds)
+    for _, args in calls:
+        named_dims(key, op.space.coalesce, args, switches)
+    for name, dim in op.tuning.keys if op.tuning else ():
+        for _, args in calls:
+            arg = next((arg for arg in args if arg.name == name), None)
+            if arg is None or not -arg.ndim <= dim < 0:
+                raise UnsupportedKernel(
+                    f"{key}: TUNING key {(name, dim)} is not a negative dim of an argument"
+                )
 
 
 def every_variant(name: str, space: VariantSpace) -> list[Variant]:

@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
-from ntops_aot.aot import versions
-from ntops_aot.aot.errors import ToolchainError
+from ..errors import ToolchainError
+from . import versions
 
 NAME = "ninetoothed"
 

@@ -1,4 +1,4 @@
-"""Stage 2 of a build: a plan -> its variants' compiled kernels.
+"""Stage 3, compile: a plan -> its variants' compiled kernels.
 
 The cache is the store of compiled kernels: a variant whose key it holds is not
 compiled again. The others compile in worker processes (`workers.run`), each with its
@@ -15,13 +15,16 @@ import json
 import pathlib
 from collections.abc import Callable, Mapping, Sequence
 
-from ntops_aot.aot import cache as caching
-from ntops_aot.aot import jobs, ninetoothed_adapter, workers
-from ntops_aot.aot.compile import CompiledKernel
-from ntops_aot.aot.errors import VariantFailure, VariantsFailed
-from ntops_aot.aot.plan import Plan, reproduce
-from ntops_aot.aot.space import Variant
-from ntops_aot.aot.toolchain import Toolchain
+from ..declare.space import Variant
+from ..errors import VariantFailure, VariantsFailed
+from ..plan.builds import CompileOptions
+from ..plan.stage import Plan, reproduce
+from ..store.cache import Cache, write_atomic
+from ..toolchain import ninetoothed_adapter
+from ..toolchain.compilers import Toolchain
+from . import workers
+from .cubins import CompiledKernel
+from .variant import Task, compile_variant
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +63,7 @@ Progress = Callable[[Event], None]
 
 def compile_all(planned: Plan, progress: Progress | None = None) -> Compiled:
     """Every planned variant's kernels, from the store or compiled (and stored)."""
-    cache = caching.Cache(planned.options.cache_root)
+    cache = Cache(planned.options.cache_root)
     for key, entry in planned.learned.items():
         cache.store("ops", key, entry)
     kernels: dict[str, tuple[CompiledKernel, ...]] = {}
@@ -86,28 +89,28 @@ def compile_all(planned: Plan, progress: Progress | None = None) -> Compiled:
     return Compiled(kernels, tuple(failures), len(todo) - len(failures))
 
 
-def _run(planned: Plan, cache: caching.Cache, todo: Sequence[Variant], tracker: _Tracker) -> None:
+def _run(planned: Plan, cache: Cache, todo: Sequence[Variant], tracker: _Tracker) -> None:
     options = planned.options
-    tasks = [jobs.Task(v, planned.keys[v.id], planned.builds[v.id]) for v in todo]
+    tasks = [Task(v, planned.keys[v.id], planned.builds[v.id]) for v in todo]
     start = functools.partial(_start_worker, options=planned.compile_options, cache_root=cache.root)
     memory = options.max_memory * 2**20 if options.max_memory else None
     count = min(options.jobs, len(tasks)) or 1
     workers.run(tasks, start, count, options.timeout, memory, tracker)
 
 
-def _start_worker(options: jobs.CompileOptions, cache_root: pathlib.Path) -> workers.Work:
+def _start_worker(options: CompileOptions, cache_root: pathlib.Path) -> workers.Work:
     """In a new worker: its one toolchain, and the work it does with it."""
-    cache = caching.Cache(cache_root)
+    cache = Cache(cache_root)
     toolchain = Toolchain(cache.toolchain_dir)
     return functools.partial(_compile_and_store, toolchain=toolchain, options=options, cache=cache)
 
 
 def _compile_and_store(
-    task: jobs.Task, toolchain: Toolchain, options: jobs.CompileOptions, cache: caching.Cache
+    task: Task, toolchain: Toolchain, options: CompileOptions, cache: Cache
 ) -> list[CompiledKernel]:
     """In a worker: compile one variant and store it, so a killed build keeps it. (A
     CompileError is reported with the variant's reproducer, `plan.reproduce`.)"""
-    kernels = jobs.compile_variant(toolchain, task.variant, options, task.builds)
+    kernels = compile_variant(toolchain, task.variant, options, task.builds)
     cache.store("kernels", task.key, kernels)
     return kernels
 
@@ -119,7 +122,7 @@ class _Tracker:
     def __init__(
         self,
         planned: Plan,
-        cache: caching.Cache,
+        cache: Cache,
         kernels: dict[str, tuple[CompiledKernel, ...]],
         progress: Progress | None,
     ) -> None:
@@ -135,7 +138,7 @@ class _Tracker:
         return sorted(todo, key=lambda variant: -self.timings.get(variant.id))
 
     def __call__(
-        self, task: jobs.Task, result: list[CompiledKernel] | workers.Failure, seconds: float
+        self, task: Task, result: list[CompiledKernel] | workers.Failure, seconds: float
     ) -> None:
         variant, failure = task.variant, None
         if isinstance(result, workers.Failure):
@@ -183,4 +186,4 @@ class _Timings:
     def save(self) -> None:
         if self.changed:
             text = json.dumps(self.seconds, sort_keys=True, indent=0)
-            caching.write_atomic(self.path, text.encode())
+            write_atomic(self.path, text.encode())

@@ -1,4 +1,4 @@
-"""Stage 4: compiled kernels -> the C sources of the extension.
+"""Stage 4 (package): compiled kernels -> the C sources of the extension.
 
 The launcher itself is hand-written C (aot/csrc), copied as it is; jinja templates
 render only what the build decides: the kernel tables, the cubin embedding and the
@@ -12,27 +12,23 @@ from __future__ import annotations
 import dataclasses
 import importlib.resources
 import pathlib
-import re
 from collections.abc import Mapping, Sequence
 
 import jinja2
 
-from ntops_aot.aot import cexpr, versions
-from ntops_aot.aot.codegen import MULTIPROCESSORS, Arg, assumptions
-from ntops_aot.aot.compile import CompiledKernel
-from ntops_aot.aot.errors import UnsupportedKernel
-from ntops_aot.aot.space import DTYPES
-from ntops_aot.aot.targets import TARGETS
+from ..compile.codegen import MULTIPROCESSORS, assumptions
+from ..compile.cubins import CompiledKernel
+from ..declare.arguments import Arg, own_dtype
+from ..declare.dims import Dim, named_dims
+from ..declare.limits import NT_MAX_ARGS, NT_MAX_DIMS, NT_MAX_FACTORS, NT_MAX_NAMES, NT_MAX_PARAMS
+from ..declare.space import DTYPES
+from ..declare.targets import TARGETS
+from ..errors import UnsupportedKernel
+from ..toolchain import versions
+from . import cexpr
 
 # The generated sources, each rendered from its template (`NAME.j2`).
 TEMPLATES = ("generated.h", "kernels.c", "cubins.S")
-# The launcher's limits (generated.h is rendered with them). Attention with a KV
-# cache's new entries and a causal offset takes 9 arguments.
-NT_MAX_DIMS = 8
-NT_MAX_ARGS = 12
-NT_MAX_PARAMS = 64
-NT_MAX_NAMES = 12  # named dims of one group (SPACE.dims): attention has 7
-NT_MAX_FACTORS = 4  # of a derived dim ("heads_q/heads_kv*seq_q")
 
 _TYPES = {"i1": "NT_I1", "i32": "NT_I32", "i64": "NT_I64", "fp32": "NT_F32", "fp64": "NT_F64"}
 _KINDS = {
@@ -43,6 +39,7 @@ _KINDS = {
     "workspace": "NT_WORKSPACE",
     "launch": "NT_LAUNCH",
 }
+_SHORT = {dtype.triton: short for short, dtype in DTYPES.items()}  # ninetoothed's name -> ours
 _COALESCE = {"all": "NT_COALESCE_ALL", "leading": "NT_COALESCE_LEADING", "none": "NT_COALESCE_NONE"}
 
 
@@ -174,6 +171,8 @@ def _args(
         return []
     values = []
     position = {dim.spelled: n for n, dim in enumerate(names)}
+    kinds = [(DTYPES[kernel.variant.dtype].triton, kernel.args) for kernel in members]
+    switches = dict(members[0].variant.switches)
     for index, arg in enumerate(members[0].args):
         flags = []
         if arg.is_tensor:
@@ -184,19 +183,13 @@ def _args(
                 flags.append("NT_FIXED")
             if arg.broadcast:
                 flags.append("NT_BROADCAST")
-        seen = {kernel.args[index].dtype for kernel in members}
-        follows = all(k.args[index].dtype == DTYPES[k.variant.dtype].triton for k in members)
-        if not arg.is_tensor or follows:
-            rule = -1
-        elif len(seen) == 1:
-            (triton,) = seen
-            rule = next(dtype_index[d.short] for d in DTYPES.values() if d.triton == triton)
-        else:
-            raise UnsupportedKernel(
-                f"{group.key}: argument {arg.name} has dtypes {sorted(seen)} across variants; "
-                "a tensor either follows the call's dtype or has one dtype of its own"
-            )
-        dims = [-1 if dim is None else position[dim] for dim in _spelled(arg, members[0])]
+        own = own_dtype(group.key, index, kinds)
+        rule = (
+            -1
+            if own is None
+            else next(dtype_index[d.short] for d in DTYPES.values() if d.triton == own)
+        )
+        dims = [-1 if dim is None else position[dim] for dim in arg.spelled(switches)]
         values.append(
             {
                 "name": arg.name,
@@ -209,115 +202,12 @@ def _args(
     return values
 
 
-@dataclasses.dataclass(frozen=True)
-class Dim:
-    """A named dim of a group, as the launcher checks it. SPACE.dims spells each dim
-    of a tensor as None (unnamed), a name ("rows": dims of one name have one size in a
-    call), a name with the size the variant was compiled for ("head_dim={head_dim}",
-    formatted with the variant's switches: a call of another size is refused), or, on
-    an output, a product and quotient of names ("heads_q/heads_kv*seq_q", evaluated
-    left to right; a quotient that is not whole is refused)."""
-
-    name: str  # for messages
-    spelled: str  # as SPACE.dims spells it, switches formatted in
-    size: int = 0  # the compiled-in size; 0: none
-    factors: tuple[int, ...] = ()  # derived: k + 1 multiplies by name k, -(k + 1) divides
-
-
-_DERIVED = re.compile(r"[*/]")
-
-
-def _spelled(arg: Arg, kernel: CompiledKernel) -> tuple[str | None, ...]:
-    """`arg`'s dims as SPACE.dims spells them, with the variant's switch values in."""
-    variant = getattr(kernel, "variant", None)
-    switches = dict(variant.switches) if variant is not None else {}
-    return tuple(None if dim is None else dim.format(**switches) for dim in arg.dims)
-
-
 def _names(group: GroupDef, members: Sequence[CompiledKernel]) -> list[Dim]:
-    """The group's named dims (SPACE.dims), in order of first use, derived ones last;
-    checked as the launcher needs them: a name per dim on tensors it does not coalesce,
-    trailing names only on those it coalesces (coalesce="leading" keeps the last dims),
-    dims of an input that broadcasts named by the tensors it broadcasts against, and
-    derived dims on outputs, of names the inputs bind."""
-    args = members[0].args if members else ()
-    plain: dict[str, Dim] = {}
-    derived: list[str] = []
-    bound: set[str] = set()
-    for arg in (arg for arg in args if arg.dims):
-        for spelled in _checked_dims(group, arg, members[0]):
-            if _DERIVED.search(spelled):
-                derived.append(spelled)
-                continue
-            name, _, size = spelled.partition("=")
-            dim = Dim(name, spelled, int(size) if size else 0)
-            if size and dim.size <= 0:
-                raise UnsupportedKernel(f"{group.key}: {spelled!r} is not a positive size")
-            known = next((d for d in plain.values() if d.name == name), None)
-            if known is not None and known.spelled != spelled:
-                raise UnsupportedKernel(
-                    f"{group.key}: dim {name} is spelled {known.spelled!r} and {spelled!r}"
-                )
-            plain.setdefault(spelled, dim)
-            if not arg.broadcast or dim.size:
-                bound.add(spelled)
-    unbound = set(plain) - bound
-    if unbound:
-        raise UnsupportedKernel(
-            f"{group.key}: dims {sorted(unbound)} are named only by inputs that broadcast "
-            "(SPACE.broadcast); name them on a tensor those inputs broadcast against"
-        )
-    names = list(plain.values())
-    names += [_derived(group, spelled, names) for spelled in dict.fromkeys(derived)]
-    if len(names) > NT_MAX_NAMES:
-        raise UnsupportedKernel(
-            f"{group.key}: {len(names)} named dims; the launcher takes at most {NT_MAX_NAMES}"
-        )
-    return names
-
-
-def _checked_dims(group: GroupDef, arg: Arg, kernel: CompiledKernel) -> list[str]:
-    """`arg`'s spelled dims, less the unnamed ones, where the launcher can check them."""
-    coalesced = not (arg.fixed or group.coalesce == "none")
-    if coalesced and group.coalesce != "leading":
-        raise UnsupportedKernel(
-            f"{group.key}: SPACE.dims names the dims of {arg.name}, which the launcher "
-            "coalesces; only tensors it does not (coalesce='none', SPACE.fixed) have them, "
-            "and trailing dims where it coalesces the leading ones"
-        )
-    if len(arg.dims) > arg.ndim or (not coalesced and len(arg.dims) != arg.ndim):
-        raise UnsupportedKernel(
-            f"{group.key}: SPACE.dims gives {arg.name} {len(arg.dims)} names for its "
-            f"{arg.ndim} dims"
-        )
-    spelled = _spelled(arg, kernel)
-    if coalesced and None in spelled:
-        raise UnsupportedKernel(f"{group.key}: {arg.name} names its trailing dims: each has a name")
-    derived = [dim for dim in spelled if dim is not None and _DERIVED.search(dim)]
-    if derived and (not arg.output or coalesced):
-        raise UnsupportedKernel(
-            f"{group.key}: {arg.name}'s dim {derived[0]!r} is derived: only outputs "
-            "the launcher does not coalesce have derived dims"
-        )
-    return [dim for dim in spelled if dim is not None]
-
-
-def _derived(group: GroupDef, spelled: str, names: Sequence[Dim]) -> Dim:
-    """A derived dim: its names, each bound by an input, multiplied or divided."""
-    tokens = [token.strip() for token in re.split(r"([*/])", spelled)]
-    operands, operators = tokens[::2], ["*", *tokens[1::2]]
-    index = {dim.name: n for n, dim in enumerate(names)}
-    missing = [name for name in operands if name not in index]
-    if missing or len(operands) > NT_MAX_FACTORS:
-        raise UnsupportedKernel(
-            f"{group.key}: derived dim {spelled!r} takes at most {NT_MAX_FACTORS} names, "
-            f"each bound by an input (not {missing})"
-        )
-    factors = tuple(
-        (index[name] + 1) * (1 if operator == "*" else -1)
-        for name, operator in zip(operands, operators, strict=True)
-    )
-    return Dim(spelled, spelled, 0, factors)
+    """The group's named dims, checked as the registry checked them on load."""
+    if not members:
+        return []
+    switches = dict(members[0].variant.switches)
+    return named_dims(group.key, group.coalesce, members[0].args, switches)
 
 
 def _position(arg: Arg, dim: int) -> int:

@@ -1,4 +1,4 @@
-"""Stage 4, Python side: the runtime functions of ordinary ops, rendered from the
+"""Stage 4 (package), Python side: the runtime functions of ordinary ops, rendered from the
 torch side their kernel files declare (`API`, described in the manifest by
 `api.describe`) through templates/functions.py.j2.
 
@@ -13,8 +13,8 @@ import pprint
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ntops_aot.aot import api as api_
-from ntops_aot.aot.render import environment
+from ..declare.api import GIVEN, NONE, NUMBER, TENSOR
+from .render import environment
 
 
 def render(manifest: Mapping[str, Any]) -> dict[str, str]:
@@ -32,7 +32,7 @@ def ops(manifest: Mapping[str, Any]) -> str:
             apis=pprint.pformat([api for _, info in infos for api in info["apis"]], width=88),
             groups=pprint.pformat({op: info["groups"] for op, info in infos}, width=88),
             switches=pprint.pformat({op: info["switches"] for op, info in infos}, width=88),
-            values=repr((api_.TENSOR, api_.NUMBER, api_.GIVEN, api_.NONE)),
+            values=repr((TENSOR, NUMBER, GIVEN, NONE)),
             dtypes=pprint.pformat(dict(manifest["dtypes"]), width=88),
         )
     )
@@ -101,13 +101,13 @@ def _tables(
     expressions of the group a call takes (`tensor`, `number`, or `group`)."""
 
     def pick(switches: Mapping[str, str]) -> str:
-        return "None" if nullable and switches[value] == api_.NONE else json.dumps(switches[value])
+        return "None" if nullable and switches[value] == NONE else json.dumps(switches[value])
 
     def keys(chosen: Mapping[str, Mapping[str, str]]) -> Any:
         if kind is None:
             return next(iter(chosen))
         by_kind = {switches[kind]: key for key, switches in chosen.items()}
-        return (by_kind[api_.TENSOR], by_kind[api_.NUMBER])
+        return (by_kind[TENSOR], by_kind[NUMBER])
 
     if value is None:
         found: dict[str, Any] = {"entries": None, "keys": keys(groups)}
@@ -134,7 +134,7 @@ def _accepted(groups: Mapping[str, Mapping[str, str]], value: str | None, nullab
     seen: list[str] = []
     for switches in groups.values():
         picked = switches[value]
-        shown = "None" if nullable and picked == api_.NONE else repr(picked)  # in a message
+        shown = "None" if nullable and picked == NONE else repr(picked)  # in a message
         if shown not in seen:
             seen.append(shown)
     return ", ".join(seen[:-1]) + f" or {seen[-1]}" if len(seen) > 1 else seen[0]

@@ -18,20 +18,14 @@ import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ntops_aot.aot import config
-from ntops_aot.aot.errors import BuildError
-from ntops_aot.aot.jobs import Build
-from ntops_aot.aot.space import ALL, Config, Range, Tuning, Variant
+from .. import config
+from ..declare.space import ALL, Config, Range, Tuning, Variant
+from ..errors import TuningError
+from .builds import Build
 
 TABLE_FORMAT = 1
 TABLES_PACKAGE = "ntops_aot.kernels"
 TABLES_FOLDER = "tuning"
-
-
-class TuningError(BuildError):
-    """A tuning table that cannot be used as it is, or a tuning run that cannot run."""
-
-    exit_code = 3
 
 
 @dataclasses.dataclass(frozen=True)

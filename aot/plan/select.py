@@ -1,6 +1,6 @@
-"""Stage 1: what to build. Finds the ops (`scan`), crosses their variant spaces with
-the requested arches and filters, and names every variant; nothing is generated or
-compiled here."""
+"""The plan stage's selection: what to build. Finds the ops (`scan`), crosses their
+variant spaces with the requested arches and filters, and names every variant;
+nothing is generated or compiled here."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import fnmatch
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ntops_aot.aot import config
-from ntops_aot.aot import ops as registry
-from ntops_aot.aot.cache import Cache, Keys
-from ntops_aot.aot.errors import UsageError
-from ntops_aot.aot.ops import OpInfo
-from ntops_aot.aot.space import DTYPES, Variant
-from ntops_aot.aot.targets import TARGETS
-from ntops_aot.aot.toolchain import Toolchain
+from .. import config
+from ..declare import registry
+from ..declare.registry import OpInfo
+from ..declare.space import DTYPES, Variant
+from ..declare.targets import TARGETS
+from ..errors import UsageError
+from ..store.cache import Cache, Keys
+from ..toolchain.compilers import Toolchain
 
 
 def scan(

@@ -15,7 +15,7 @@ import dataclasses
 import re
 import struct
 
-from ntops_aot.aot.errors import ExtensionBuildError
+from ..errors import ExtensionBuildError
 
 # auditwheel's lib_whitelist for manylinux_2_17 and newer, less the C++, X11, GL and
 # glib entries a C launcher never links; the dynamic loader itself is always allowed.

@@ -8,13 +8,13 @@ import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ntops_aot.aot.compile import CompiledKernel
-from ntops_aot.aot.config import BuildOptions, command_words
-from ntops_aot.aot.errors import VariantFailure
-from ntops_aot.aot.ops import OpInfo
-from ntops_aot.aot.space import DTYPES, Tuning, Variant, group_key
-from ntops_aot.aot.targets import TARGETS
-from ntops_aot.aot.tuning import Choice
+from ..compile.cubins import CompiledKernel
+from ..config import BuildOptions, command_words
+from ..declare.registry import OpInfo
+from ..declare.space import DTYPES, Tuning, Variant, group_key
+from ..declare.targets import TARGETS
+from ..errors import VariantFailure
+from ..plan.tuning import Choice
 
 FORMAT = 4
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Mapping
 
-from ntops_aot.aot.errors import UnsupportedKernel
+from ..errors import UnsupportedKernel
 
 _OPERATORS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*"}
 _FUNCTIONS = {ast.FloorDiv: "nt_floordiv", ast.Mod: "nt_floormod"}

@@ -1,4 +1,5 @@
-"""Stage 2: a variant's premake -> Triton source, one `GeneratedKernel` per spec.
+"""The compile stage's first half: a variant's premake -> Triton source, one
+`GeneratedKernel` per specialisation.
 
 ninetoothed's code generator turns `arrangement` + `application` into a Triton
 kernel whose parameters are each tensor's pointer, sizes and strides, plus the
@@ -18,30 +19,13 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ntops_aot.aot.errors import UnsupportedKernel
-from ntops_aot.aot.ninetoothed_adapter import Ninetoothed, TensorNames
-from ntops_aot.aot.ops import OpDef
-from ntops_aot.aot.space import Config, Spec, Variant
-from ntops_aot.aot.targets import TARGETS
-from ntops_aot.aot.toolchain import Toolchain
-
-
-@dataclasses.dataclass(frozen=True)
-class Arg:
-    """One argument of the op's kernel, in `application` order."""
-
-    name: str
-    ndim: int  # 0: a scalar
-    dtype: str  # ninetoothed's name: "fp16", "fp32", ...
-    output: bool = False
-    fixed: bool = False  # excluded from the runtime's dim coalescing
-    specialized: bool = True  # may kernels assume unit strides or alignment for it
-    dims: tuple[str, ...] = ()  # the names of its dims, where SPACE.dims names them
-    broadcast: bool = False  # broadcasts to its named dims (SPACE.broadcast)
-
-    @property
-    def is_tensor(self) -> bool:
-        return self.ndim > 0
+from ..declare.arguments import Arg, arguments, parameters
+from ..declare.registry import OpDef
+from ..declare.space import Config, Spec, Variant
+from ..declare.targets import TARGETS
+from ..errors import UnsupportedKernel
+from ..toolchain.compilers import Toolchain
+from ..toolchain.ninetoothed_adapter import Ninetoothed, TensorNames
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,7 +92,8 @@ def _generate(
     num_warps = config.num_warps or default_warps
     num_stages = config.num_stages or default_stages
     function = f"ntops_{variant.op}"
-    args = _args(op, *_premade(ninetoothed, op, variant, config, None))
+    names, tensors, *_ = _premade(ninetoothed, op, variant, config, None)
+    args = arguments(op.name, op.space, names, tensors)
     generated: dict[Spec | None, Generation] = {}
     kernels = []
     for spec in specializations(op, variant, args):
@@ -150,7 +135,8 @@ def specs(
     keep: Callable[[Spec], bool] = lambda spec: True,
 ) -> list[Spec]:
     """The specialisations `generate` would make (without generating them)."""
-    args = _args(op, *_premade(toolchain.ninetoothed, op, variant, config, None))
+    names, tensors, *_ = _premade(toolchain.ninetoothed, op, variant, config, None)
+    args = arguments(op.name, op.space, names, tensors)
     return [spec for spec in specializations(op, variant, args) if keep(spec)]
 
 
@@ -169,15 +155,11 @@ class Generation:
 def _premade(
     ninetoothed: Ninetoothed, op: OpDef, variant: Variant, config: Config, spec: Spec | None
 ) -> tuple[list[str], Sequence[Any], Callable[..., Any], Callable[..., Any]]:
-    """The premake's parameter names, tensors, arrangement and application."""
+    """The premake's parameter names, tensors, arrangement and application, its
+    tensors named from zero (`reset_names`)."""
     ninetoothed.reset_names()
-    extra = dict(config.premake)
-    if op.premake_takes_spec:
-        extra["spec"] = spec
-    if config.split > 1:
-        extra["split"] = config.split
-    arrangement, application, tensors = op.premake(variant, extra)
-    return _parameters(application), tensors, arrangement, application
+    arrangement, application, tensors = op.premake(variant, config, spec)
+    return parameters(application), tensors, arrangement, application
 
 
 def _ninetoothed(
@@ -298,34 +280,6 @@ def widen_program_ids(source: str) -> str:
 
     tree = _Widen().visit(ast.parse(source))
     return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
-
-
-def _parameters(application: Callable[..., Any]) -> list[str]:
-    code = application.__code__
-    return list(code.co_varnames[: code.co_argcount])
-
-
-def _args(op: OpDef, names: Sequence[str], tensors: Sequence[Any], *_: Any) -> tuple[Arg, ...]:
-    """The call's arguments: every premake tensor but the constexpr ones (constants
-    compiled into the kernel) and the workspace (the launcher's), never passed."""
-    if not set(op.space.outputs) & set(names):
-        raise UnsupportedKernel(
-            f"{op.name}: none of SPACE.outputs {op.space.outputs} is a parameter"
-        )
-    return tuple(
-        Arg(
-            name=name,
-            ndim=tensor.ndim,
-            dtype=tensor.dtype,
-            output=name in op.space.outputs,
-            fixed=name in op.space.fixed,
-            specialized=name not in op.space.unspecialized,
-            dims=tuple(op.space.dims.get(name, ())),
-            broadcast=name in op.space.broadcast,
-        )
-        for name, tensor in zip(names, tensors, strict=True)
-        if not tensor.constexpr and name not in (op.space.workspace, op.space.launch_id)
-    )
 
 
 def _params(

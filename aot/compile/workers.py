@@ -22,7 +22,7 @@ import traceback
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ntops_aot.aot.errors import BuildError
+from ..errors import BuildError
 
 _POLL = 0.25  # seconds between checks of the running tasks' time and memory
 

@@ -2,7 +2,7 @@
 
 A kernel file declares its `SPACE` (dtypes, ndims, op switches and how the runtime
 calls it), and, if it tunes, its `TUNING` (the buckets of a size its launcher tells
-apart, and the sample calls that represent each; aot/tuning.py reads the tables).
+apart, and the sample calls that represent each; aot/plan/tuning.py reads the tables).
 Enumeration crosses it with the target arches into `Variant`s, the unit a user
 lists, selects and builds (`rms_norm-sm_90-fp16-nd3`). Each variant is compiled
 into a few `Spec`ializations (32/64-bit indexing, unit strides, 16-byte alignment)

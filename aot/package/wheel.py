@@ -1,4 +1,4 @@
-"""Stage 5, the only one that writes files: cubins, the compiled extension, the wheel.
+"""Stage 4 (package), the files it writes: cubins, the compiled extension, the wheel.
 
 The wheel is `ntops_prebuilt`: the runtime's Python files (aot/runtime), the
 extension `_C.abi3.so` with every cubin embedded, and `manifest.json`. It is an
@@ -21,11 +21,11 @@ import zipfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ntops_aot.aot import archive, exports, manylinux
-from ntops_aot.aot.cache import Cache, extension_key, write_atomic
-from ntops_aot.aot.compile import CompiledKernel
-from ntops_aot.aot.errors import ExtensionBuildError
-from ntops_aot.aot.versions import compiler, compiler_version
+from ..compile.cubins import CompiledKernel
+from ..errors import ExtensionBuildError
+from ..store.cache import Cache, extension_key, write_atomic
+from ..toolchain.versions import compiler, compiler_version
+from . import archive, exports, manylinux
 
 DISTRIBUTION = "ntops_prebuilt"
 PYTHON_TAG = "cp310"  # the limited API of CPython 3.10 and newer

@@ -22,9 +22,9 @@ from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
-from ntops_aot.aot import ninetoothed_adapter
-from ntops_aot.aot.ninetoothed_adapter import Ninetoothed
-from ntops_aot.aot.targets import Target
+from ..declare.targets import Target
+from . import ninetoothed_adapter
+from .ninetoothed_adapter import Ninetoothed
 
 
 class Toolchain:

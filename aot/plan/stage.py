@@ -1,4 +1,4 @@
-"""Stage 1 of a build: what it makes, as data, and nothing written.
+"""Stage 2, plan: what a build makes, as data, and nothing written.
 
 `plan(options)` finds the ops (from the cache's record of each kernel file's variant
 space, importing a kernel file only when the cache has not seen it), selects the
@@ -15,16 +15,18 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ntops_aot.aot import cache as caching
-from ntops_aot.aot import config, jobs, tuning, versions
-from ntops_aot.aot import enumerate as enumeration
-from ntops_aot.aot import ops as registry
-from ntops_aot.aot.config import BuildOptions
-from ntops_aot.aot.errors import UsageError
-from ntops_aot.aot.ops import OpInfo
-from ntops_aot.aot.space import Variant
-from ntops_aot.aot.toolchain import Toolchain
-from ntops_aot.aot.versions import Versions
+from .. import config
+from ..config import BuildOptions
+from ..declare import registry
+from ..declare.registry import OpInfo
+from ..declare.space import Variant
+from ..errors import UsageError
+from ..store.cache import Cache, Keys
+from ..toolchain import versions
+from ..toolchain.compilers import Toolchain
+from ..toolchain.versions import Versions
+from . import select, tuning
+from .builds import Build, CompileOptions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,35 +38,33 @@ class Plan:
     variants: tuple[Variant, ...]  # the variants selected (this shard's, with --shard)
     keys: Mapping[str, str]  # variant id -> cache key of its kernels
     choices: Mapping[str, Mapping[str, tuning.Choice]]  # variant id -> bucket -> config
-    builds: Mapping[str, tuple[jobs.Build, ...]]  # variant id -> what it compiles
+    builds: Mapping[str, tuple[Build, ...]]  # variant id -> what it compiles
     # Cache entries of the kernel files planning had to import (op key -> entry).
     learned: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
-    def compile_options(self) -> jobs.CompileOptions:
-        return jobs.CompileOptions(self.options.num_warps, self.options.num_stages)
+    def compile_options(self) -> CompileOptions:
+        return CompileOptions(self.options.num_warps, self.options.num_stages)
 
 
 def plan(options: BuildOptions, environ: Mapping[str, str] | None = None) -> Plan:
     """What `options` builds, and under which keys. `environ`: where Triton's settings
     are read (os.environ by default)."""
-    cache = caching.Cache(options.cache_root)
+    cache = Cache(options.cache_root)
     found = versions.read()
-    keys = caching.Keys(os.environ if environ is None else environ, found.compilers())
-    ops, learned = enumeration.scan(cache, keys, Toolchain(cache.toolchain_dir))
-    names = enumeration.select_ops(ops, options.ops)
+    keys = Keys(os.environ if environ is None else environ, found.compilers())
+    ops, learned = select.scan(cache, keys, Toolchain(cache.toolchain_dir))
+    names = select.select_ops(ops, options.ops)
     if options.candidates:
         names = _tunable(ops, names, options.ops)
-    arches = enumeration.select_arches(options.arches)
-    variants = enumeration.variants(
-        ops, names, arches, options.dtypes, options.ndims, options.variants
-    )
+    arches = select.select_arches(options.arches)
+    variants = select.variants(ops, names, arches, options.dtypes, options.ndims, options.variants)
     if options.shard is not None:
         variants = [v for v in variants if shard_of(v, options.shard[1]) == options.shard[0]]
     tables = _tables(options, ops, arches, keys.toolchain)
     choices = {v.id: _choices(ops[v.op], v, tables.get(v.arch)) for v in variants}
     builds = {v.id: _builds(options, ops[v.op], v, choices[v.id]) for v in variants}
-    compile_options = dataclasses.asdict(jobs.CompileOptions(options.num_warps, options.num_stages))
+    compile_options = dataclasses.asdict(CompileOptions(options.num_warps, options.num_stages))
     variant_keys = {
         v.id: keys.variant(v, ops[v.op].module, compile_options, builds[v.id]) for v in variants
     }
@@ -81,7 +81,7 @@ def _choices(op: OpInfo, variant: Variant, table: tuning.Table | None) -> dict[s
 
 def _builds(
     options: BuildOptions, op: OpInfo, variant: Variant, choices: Mapping[str, tuning.Choice]
-) -> tuple[jobs.Build, ...]:
+) -> tuple[Build, ...]:
     """What a variant compiles: every candidate for a tuning wheel, else the choices."""
     if options.candidates:
         return tuning.candidate_builds(op.tuning, op.candidates[variant.id])  # type: ignore[arg-type]

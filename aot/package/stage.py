@@ -1,4 +1,4 @@
-"""Stage 3 of a build: a plan and its compiled kernels -> the wheel(s).
+"""Stage 4, package: a plan and its compiled kernels -> the wheel(s).
 
 The one packaging path: `build` ends here, and so does `merge`, with the union of its
 shards' kernels. It renders the launcher, compiles it (cached by its sources) and
@@ -10,18 +10,18 @@ from __future__ import annotations
 import pathlib
 from collections.abc import Sequence
 
-from ntops_aot.aot import cache as caching
-from ntops_aot.aot import package
-from ntops_aot.aot.compile import CompiledKernel
-from ntops_aot.aot.compiled import Compiled
-from ntops_aot.aot.manifest import manifest
-from ntops_aot.aot.plan import Plan
-from ntops_aot.aot.render import GroupDef, render_extension
-from ntops_aot.aot.space import Variant, group_key
-from ntops_aot.aot.targets import TARGETS
+from ..compile.cubins import CompiledKernel
+from ..compile.stage import Compiled
+from ..declare.space import Variant, group_key
+from ..declare.targets import TARGETS
+from ..plan.stage import Plan
+from ..store.cache import Cache
+from . import wheel
+from .manifest import manifest
+from .render import GroupDef, render_extension
 
 
-def write(planned: Plan, compiled: Compiled) -> tuple[pathlib.Path, ...]:
+def write_wheels(planned: Plan, compiled: Compiled) -> tuple[pathlib.Path, ...]:
     """The wheel of every planned variant, and with --wheel-per-arch one per arch. A
     tuning wheel (every candidate) is versioned `+tuning`."""
     main = "tuning" if planned.options.candidates else None
@@ -38,12 +38,12 @@ def write(planned: Plan, compiled: Compiled) -> tuple[pathlib.Path, ...]:
 def _write_wheel(
     planned: Plan, variants: Sequence[Variant], compiled: Compiled, local: str | None
 ) -> pathlib.Path:
-    options, cache = planned.options, caching.Cache(planned.options.cache_root)
+    options, cache = planned.options, Cache(planned.options.cache_root)
     flat = list(compiled.flat(variants))
-    cubins = package.write_cubins(flat, options.build_dir / "cubins")
-    ptx = package.write_ptx(ptx_kernels(flat) if options.ptx else [], options.build_dir / "cubins")
+    cubins = wheel.write_cubins(flat, options.build_dir / "cubins")
+    ptx = wheel.write_ptx(ptx_kernels(flat) if options.ptx else [], options.build_dir / "cubins")
     sources = render_extension(flat, _groups(planned), cubins, ptx)
-    extension = package.compile_extension(
+    extension = wheel.compile_extension(
         sources, options.build_dir / "extension" / (local or "all"), cache
     )
     ids = {variant.id for variant in variants}
@@ -59,7 +59,7 @@ def _write_wheel(
         ptx=ptx,
         choices=planned.choices,
     )
-    return package.write_wheel(extension, contents, options.out_dir)
+    return wheel.write_wheel(extension, contents, options.out_dir)
 
 
 def _groups(planned: Plan) -> list[GroupDef]:

@@ -1,39 +1,19 @@
-"""One unit of work: a variant -> its compiled kernels (stages 2 and 3), run in a
-worker process. The closure of this module's imports is part of every kernel's
-cache key (see cache.COMPILER_MODULES): what it runs is what the key covers."""
+"""One unit of the compile stage's work: a variant -> its compiled kernels (code
+generation, then Triton), run in a worker process. The closure of this module's
+imports is part of every kernel's cache key (store/cache.py's COMPILER_MODULES): what
+it runs is what the key covers."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
 
-from ntops_aot.aot import codegen, ops
-from ntops_aot.aot.compile import CompiledKernel, compile_kernel
-from ntops_aot.aot.space import EVERY, Config, Range, Spec, Variant
-from ntops_aot.aot.toolchain import Toolchain
-
-
-@dataclasses.dataclass(frozen=True)
-class CompileOptions:
-    """Build options that reach the compiler: part of every kernel's cache key."""
-
-    num_warps: int | None = None
-    num_stages: int | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class Build:
-    """One configuration of a variant to compile: the specialisations it is built for
-    (`aligned`: those assuming 16-byte alignment, or the others, or None for all;
-    `specs`: only these names, if any), the sizes of the bucket keys its kernels serve, and
-    the label their ids carry (`@decode`, `@prefill#2` for a tuning candidate)."""
-
-    config: Config
-    bucket: tuple[Range, Range] = (EVERY, EVERY)
-    label: str = ""
-    aligned: bool | None = None
-    specs: tuple[str, ...] = ()
-    candidate: int = 0
+from ..declare import registry
+from ..declare.space import Spec, Variant
+from ..plan.builds import Build, CompileOptions
+from ..toolchain.compilers import Toolchain
+from . import codegen
+from .cubins import CompiledKernel, compile_kernel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,7 +31,7 @@ def compile_variant(
 ) -> list[CompiledKernel]:
     """Generate and compile every specialisation each of `builds` asks for; a
     configuration that several builds share compiles once."""
-    op = ops.load(variant.op, toolchain)
+    op = registry.load(variant.op, toolchain)
     compiled: dict[tuple[str, str], CompiledKernel] = {}
     kernels = []
     for build in builds:

@@ -1,8 +1,8 @@
 """Which source files a build product depends on, found without importing anything.
 
 A kernel file's compiled cubins depend on that file, on every project module it
-imports (shared tilings such as `element_wise`, `aot/space.py`), and on the modules
-that turn it into cubins (`aot/jobs.py` and what it imports). Reading the import
+imports (shared tilings such as `element_wise`, `aot/declare/space.py`), and on the modules
+that turn it into cubins (`aot/compile/variant.py` and what it imports). Reading the import
 statements (`ast`) gives that closure exactly, so editing a shared tiling changes
 the fingerprint of the ops that import it and of no others, and no fingerprint
 needs ninetoothed, Triton or torch to be imported (a no-change rebuild stays fast).

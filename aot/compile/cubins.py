@@ -1,4 +1,4 @@
-"""Stage 3: Triton source -> cubin, in-process, for the target arch.
+"""The compile stage's second half: Triton source -> cubin, in-process, for the target arch.
 
 The result is a `CompiledKernel`: the cubin and everything a launcher needs to
 call it (the runtime parameters left after constants are folded, shared memory,
@@ -13,11 +13,12 @@ import hashlib
 import linecache
 from typing import Any
 
-from ntops_aot.aot.codegen import Arg, GeneratedKernel, Param
-from ntops_aot.aot.errors import CompileError
-from ntops_aot.aot.space import EVERY, Range, Spec, Variant
-from ntops_aot.aot.targets import TARGETS, Target
-from ntops_aot.aot.toolchain import Toolchain
+from ..declare.arguments import Arg
+from ..declare.space import EVERY, Range, Spec, Variant
+from ..declare.targets import TARGETS, Target
+from ..errors import CompileError
+from ..toolchain.compilers import Toolchain
+from .codegen import GeneratedKernel, Param
 
 # Launch kinds the launcher does not make: kernels Triton compiles for cooperative or
 # programmatic-dependent launches are refused rather than launched wrongly. (Clusters,

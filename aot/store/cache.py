@@ -7,7 +7,7 @@ exists is an answer that is right. Three kinds of entry:
   modules it imports: planning a build needs no ninetoothed, Triton or torch import
   when nothing changed.
 - `kernels`: a variant's compiled kernels, keyed on its kernel file and imports, the
-  modules that compile it (`aot/jobs.py` and its imports), the ninetoothed and
+  modules that compile it (`aot/compile/variant.py` and its imports), the ninetoothed and
   Triton versions, Python's version, Triton's environment, the variant and the options.
 - `extensions`: the launcher library, keyed on its C (hand-written and rendered), the compiler
   and flags.
@@ -28,13 +28,13 @@ import pickle
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ntops_aot.aot import fingerprint
-from ntops_aot.aot.space import Variant
+from ..declare.space import Variant
+from . import fingerprint
 
 FORMAT = 2
 # The modules a worker runs to turn a variant into cubins: their closure is part of
 # every kernel key (editing codegen or compile recompiles everything; render does not).
-COMPILER_MODULES = ("ntops_aot.aot.jobs",)
+COMPILER_MODULES = ("ntops_aot.aot.compile.variant",)
 # Triton settings that are paths, not choices: they never change a cubin.
 _PATH_SETTINGS = ("TRITON_CACHE_DIR", "TRITON_HOME", "TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR")
 # Settings Toolchain.target forces while it compiles, so a user's value never reaches

@@ -4,7 +4,7 @@
 A shard file is a zip of the kernels its variants compiled to (`kernels/<key>.pickle`,
 as the cache holds them) and `shard.json`: the build's selection, the toolchain that
 compiled them, the key of every variant it covers, and the variants that failed. Its
-bytes depend only on its inputs (aot/archive.py).
+bytes depend only on its inputs (archive.py).
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ import zipfile
 from collections.abc import Mapping
 from typing import Any
 
-from ntops_aot.aot import archive
-from ntops_aot.aot.cache import write_atomic
-from ntops_aot.aot.compile import CompiledKernel
-from ntops_aot.aot.compiled import Compiled
-from ntops_aot.aot.config import BuildOptions
-from ntops_aot.aot.errors import MergeError, VariantFailure
-from ntops_aot.aot.plan import Plan
+from ..compile.cubins import CompiledKernel
+from ..compile.stage import Compiled
+from ..config import BuildOptions
+from ..errors import MergeError, VariantFailure
+from ..plan.stage import Plan
+from ..store.cache import write_atomic
+from . import archive
 
 FORMAT = 2
 # What a shard's build chose: the merge must plan exactly the same build.

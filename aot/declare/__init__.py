@@ -1,0 +1,3 @@
+"""Stage 1, declare: the vocabulary kernel files are written in (`space`, `api`,
+`targets`) and the registry of ops found by scanning `ntops_aot.kernels`, each
+file's declarations checked when it is loaded (`registry`)."""
