@@ -19,9 +19,9 @@ KERNEL = '''
 
 import ninetoothed.language as ntl
 
-from ntops_aot.aot.api import Api, sample
-from ntops_aot.aot.space import FLOATS, VariantSpace
-from ntops_aot.kernels import element_wise
+from ntops_aot.aot.declare.api import Api, sample
+from ntops_aot.aot.declare.space import FLOATS, VariantSpace
+from . import element_wise
 
 SPACE = VariantSpace(dtypes=FLOATS, ndims=element_wise.NDIMS)
 API = Api(
