@@ -13,7 +13,10 @@ came out 7.1e19 for 1.0e20), so a subnormal base is scaled by 2^64 first and the
 result by 2^(-64 * exponent).
 """
 
+import math
+
 import ninetoothed.language as ntl
+import torch
 from ninetoothed.language import libdevice
 
 from ntops_aot.aot.declare.api import Api, sample
@@ -28,6 +31,21 @@ SPACE = VariantSpace(
     switches={"exponent": ("tensor", "scalar")},
 )
 
+
+def refuse_overflow(input, exponent):
+    """torch refuses a number exponent that overflows the input's float dtype (it
+    converts the exponent to it first)."""
+    if isinstance(exponent, torch.Tensor) or not isinstance(input, torch.Tensor):
+        return
+    if not input.dtype.is_floating_point or not math.isfinite(exponent):
+        return
+    if math.fabs(exponent) > torch.finfo(input.dtype).max:
+        raise RuntimeError(
+            f"pow: exponent {exponent!r} cannot be converted to {input.dtype} "
+            "without overflow (as torch refuses it)"
+        )
+
+
 API = Api(
     "(Tensor input, Tensor|Number exponent, *, Tensor? out=None)",
     "torch.pow",
@@ -37,7 +55,7 @@ API = Api(
         sample("positive", input=(6, 42, 123), exponent=3),
         sample("positive", input=(6, 42), exponent=()),
     ),
-    refuse="exponent",
+    refuse=refuse_overflow,
 )
 
 arrangement = element_wise.arrangement

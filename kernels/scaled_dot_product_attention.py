@@ -74,6 +74,9 @@ API = Api(
     " Tensor? present_value_slot=None)",
     "torch.nn.functional.scaled_dot_product_attention",
     wrapper="_attention",
+    # A KV cache's new entries, written into their slots before the attention (a traced
+    # call writes them as copies a graph can order; the kernel writes a decode step's).
+    written={"present_key_slot": "present_key", "present_value_slot": "present_value"},
     # torch's half-type attention rounds P to half before P @ V, as the kernel does,
     # but in another order: as the GPU suite has always allowed.
     tolerance={"fp16": (1e-2, 1e-2), "bf16": (1.6e-2, 1e-2)},

@@ -2,6 +2,7 @@
 
 import ninetoothed
 import ninetoothed.language as ntl
+import torch
 
 from ntops_aot.aot.declare.api import Api, sample
 from ntops_aot.aot.declare.space import FLOATS, VariantSpace
@@ -15,6 +16,23 @@ SPACE = VariantSpace(
     switches=element_wise.OTHER,
 )
 
+
+def refuse_bools(input, other, alpha):
+    """torch refuses subtraction with bools (the kernels would compute it)."""
+    if (
+        other is True
+        or other is False
+        or any(
+            isinstance(value, torch.Tensor) and value.dtype == torch.bool
+            for value in (input, other)
+        )
+    ):
+        raise RuntimeError(
+            "sub: subtraction with a bool tensor is not supported (as in torch); "
+            "to invert a mask, use the ~ operator or torch.logical_not()"
+        )
+
+
 API = Api(
     "(Tensor input, Tensor|Number other, *, Scalar alpha=1, Tensor? out=None)",
     "torch.sub",
@@ -27,7 +45,7 @@ API = Api(
         sample(input=(6, 42, 123), other=(123,), alpha=2),
         sample(input=(7, 5), other=2, alpha=3),
     ),
-    refuse="subtraction",
+    refuse=refuse_bools,
 )
 
 arrangement = element_wise.arrangement

@@ -22,9 +22,12 @@ an op whose call convention is special names its hand-written runtime module
 from __future__ import annotations
 
 import ast
+import builtins
 import dataclasses
+import inspect
 import re
-from collections.abc import Mapping
+import textwrap
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 # Switch values the runtime picks by a parameter's type (the launcher's groups are
@@ -96,24 +99,30 @@ class Api:
     `reference`: the torch function (dotted name) taking the same arguments, which the
     tests compare with and torch.compile's fake tensors run; `samples`: test calls;
     `wrapper`: the runtime module holding a hand-written function (composite ops);
-    `refuse`: the runtime check (in `_checks`) that refuses, after numbers are
-    converted, what torch refuses and the kernel cannot see (sub of bools, say);
+    `refuse`: a function of the kernel file that refuses, after numbers are converted,
+    what torch refuses and the kernel cannot see (sub of bools, say): it is called with
+    the kernel's arguments, and its source goes into the wheel's generated module,
+    so it may use only its arguments, `torch`, `math` and builtins;
     `name`: the torch name, the op's by default (a file's kernels may serve more
     functions: matmul is mm's and bmm's); `kernel`: the parameters passed to the
     kernel, in premake's order (by default every parameter but out=, inplace= and
-    those that pick a value switch)."""
+    those that pick a value switch); `written`: arguments the function writes with
+    another argument's values before it computes ({"present_key_slot": "present_key"}:
+    a KV cache's new entries into their slots), which a traced call writes as
+    `slot.copy_(present)`, in the graph's order, leaving both out of the op."""
 
     signature: str
     reference: str
     samples: tuple[Sample, ...] = ()
     doc: str = ""
     wrapper: str | None = None
-    refuse: str | None = None
+    refuse: Callable[..., None] | None = None
     name: str | None = None
     kernel: tuple[str, ...] | None = None
     # (rtol, atol) by dtype where the tests' defaults do not hold: a reference that
     # reduces in another order (attention's softmax in half types, say).
     tolerance: Mapping[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    written: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def params(self) -> tuple[Param, ...]:
         return parse(self.signature)
@@ -171,9 +180,10 @@ def describe(
         "writes": writes,
         "reference": api.reference,
         "wrapper": api.wrapper,
-        "refuse": api.refuse,
+        "refuse": None if api.refuse is None else _refusal(api.refuse, module),
         "doc": api.doc or f"{api.reference} on prebuilt kernels.",
-        "overloads": _overloads(name, params, picks, writes),
+        "written": dict(api.written),
+        "overloads": _overloads(name, [p for p in params if p.name not in _copied(api)], writes),
         "samples": [sample.as_dict() for sample in api.samples],
         "tolerance": {dtype: list(pair) for dtype, pair in api.tolerance.items()},
     }
@@ -193,6 +203,47 @@ def _check(name: str, api: Api, params: tuple[Param, ...], switches: Any, module
         unknown = set(sample_.values) - names
         if unknown:
             raise ValueError(f"{module}: sample {index} of {name} has unknown {sorted(unknown)}")
+    types = {param.name: param.type for param in params}
+    for written, source in api.written.items():
+        if types.get(written) != "Tensor?" or types.get(source) != "Tensor?":
+            raise ValueError(
+                f"{module}: {name} writes {written} with {source}: both must be parameters "
+                "of type Tensor? (given together or not at all)"
+            )
+
+
+# What a refusal's source may use besides its arguments, in the generated module.
+_REFUSAL_GLOBALS = {"torch", "math"}
+
+
+def _refusal(function: Callable[..., None], module: str) -> dict[str, str]:
+    """A refusal as the wheel gets it: its name and its source, checked to need nothing
+    of the kernel file (the names it reads are its own, `_REFUSAL_GLOBALS` or builtins)."""
+    source = textwrap.dedent(inspect.getsource(function))
+    tree = ast.parse(source)
+    bound = {function.__name__, *_REFUSAL_GLOBALS, *dir(builtins)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            bound.add(node.id)
+    used = {
+        node.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in bound
+    }
+    if used:
+        raise ValueError(
+            f"{module}: refusal {function.__name__} uses {sorted(used)}; it runs in the "
+            f"wheel without the kernel file: only its arguments, {sorted(_REFUSAL_GLOBALS)} "
+            "and builtins"
+        )
+    return {"name": function.__name__, "source": source}
+
+
+def _copied(api: Api) -> set[str]:
+    """The parameters a traced call turns into copies before the op (`Api.written`)."""
+    return {*api.written, *api.written.values()}
 
 
 def _rule(param: Param) -> str:
@@ -227,7 +278,7 @@ def _python(params: tuple[Param, ...]) -> list[str]:
     return parts
 
 
-def _schema(params: tuple[Param, ...], kind: str | None, form: str | None) -> str:
+def _schema(params: Sequence[Param], kind: str | None, form: str | None) -> str:
     """A torch.library schema of `params`, less the public function's out= and
     inplace parameters (the overload is the form); `kind` the type a `Tensor|Number`
     parameter takes in this overload; `form` "out" or "inplace" for the forms that
@@ -236,7 +287,9 @@ def _schema(params: tuple[Param, ...], kind: str | None, form: str | None) -> st
     for param in params:
         if param.name in _WRITERS and _WRITERS[param.name] == param.type:
             continue
-        type_ = {"Tensor|Number": kind, "int[]": "SymInt[]"}.get(param.type, param.type)
+        type_ = {"Tensor|Number": kind, "Tensor|Number?": f"{kind}?", "int[]": "SymInt[]"}.get(
+            param.type, param.type
+        )
         if form == "inplace" and param.name == "input":
             type_ = "Tensor(a!)"
         if param.keyword and not starred:
@@ -249,21 +302,19 @@ def _schema(params: tuple[Param, ...], kind: str | None, form: str | None) -> st
     return f"({', '.join(parts)}) -> {'Tensor(a!)' if form else 'Tensor'}"
 
 
-def _overloads(
-    name: str, params: tuple[Param, ...], picks: Mapping[str, str], writes: str | None
-) -> list[dict[str, str]]:
-    """torch's overloads of the op: by the kind of a `Tensor|Number` argument
-    (`.Tensor`, `.Scalar`), each with its out= form (`.out`, `.Scalar_out`), or the
-    in-place form (`name_`)."""
-    kinds = [switch for switch, rule in picks.items() if rule == "kind"]
-    if len(kinds) > 1:
-        raise ValueError(f"{name}: more than one Tensor|Number parameter needs a wrapper")
-    found = []
-    forms = (
-        (("Tensor", "Tensor", "out"), ("Scalar", "Scalar", "Scalar_out"))
-        if kinds
-        else (("default", None, "out"),)
-    )
+def _overloads(name: str, params: list[Param], writes: str | None) -> list[dict[str, str | None]]:
+    """torch's overloads of the op: by the kind of its Tensor|Number arguments, which
+    take numbers or tensors together, each with its out= form (`.Tensor`, `.Scalar`,
+    `.out`, `.Scalar_out`; where the kinds are optional, as clamp's bounds, torch's
+    `default`, `.out`, `.Tensor`, `.Tensor_out`), or the in-place form (`name_`)."""
+    kinds = [param for param in params if param.type.startswith("Tensor|Number")]
+    if not kinds:
+        forms = [("default", None, "out")]
+    elif all(param.type.endswith("?") for param in kinds):
+        forms = [("default", "Scalar", "out"), ("Tensor", "Tensor", "Tensor_out")]
+    else:
+        forms = [("Tensor", "Tensor", "out"), ("Scalar", "Scalar", "Scalar_out")]
+    found: list[dict[str, str | None]] = []
     for overload, kind, out in forms:
         found.append(
             {"name": overload, "kind": kind, "writes": None, "schema": _schema(params, kind, None)}
@@ -273,12 +324,6 @@ def _overloads(
                 {"name": out, "kind": kind, "writes": "out", "schema": _schema(params, kind, "out")}
             )
     if writes == "inplace":
-        found.append(
-            {
-                "name": "_",
-                "kind": None,
-                "writes": "inplace",
-                "schema": _schema(params, None, "inplace"),
-            }
-        )
+        schema = _schema(params, None, "inplace")
+        found.append({"name": "_", "kind": None, "writes": "inplace", "schema": schema})
     return found

@@ -46,6 +46,12 @@ def functions(manifest: Mapping[str, Any]) -> str:
         for described in info["apis"]
         if described["wrapper"] is None
     ]
+    refusals = [f["refuse"]["name"] for f in rendered if f["refuse"]]
+    clashing = set(refusals) & {f["name"] for f in rendered} | {
+        name for name in refusals if refusals.count(name) > 1
+    }
+    if clashing:
+        raise ValueError(f"refusals named {sorted(clashing)} clash in _functions.py: rename them")
     return environment().get_template("functions.py.j2").render(functions=rendered)
 
 

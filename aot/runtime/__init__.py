@@ -7,12 +7,12 @@ start-up, and before capturing CUDA graphs). The functions are those of
 `ntops_prebuilt.torch`, which has the ntops.torch names and signatures.
 """
 
-from ntops_prebuilt import _library, torch
-from ntops_prebuilt._C import CudaError
-from ntops_prebuilt._errors import NotBuiltError
-from ntops_prebuilt._manifest import manifest
-from ntops_prebuilt._preload import preload
-from ntops_prebuilt.torch import *  # noqa: F403
+from . import _library, torch
+from ._C import CudaError
+from ._errors import NotBuiltError
+from ._manifest import manifest
+from ._preload import preload
+from .torch import *  # noqa: F403
 
 _library.register(torch)  # the torch.library ops, one per function of `torch`
 

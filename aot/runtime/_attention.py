@@ -6,10 +6,10 @@ import math
 
 import torch
 
-from ntops_prebuilt import _C, _ops
-from ntops_prebuilt import _checks as check
-from ntops_prebuilt._errors import NotBuiltError
-from ntops_prebuilt._library import increment_versions, routed
+from . import _C, _ops
+from . import _checks as check
+from ._errors import NotBuiltError
+from ._library import fake, increment_versions, routed
 
 _launch = _C.launch
 _SWITCHES = _ops.SWITCHES["scaled_dot_product_attention"]
@@ -91,9 +91,16 @@ def floating(query):
         )
 
 
+@fake("scaled_dot_product_attention")
+def _fake(query, key, value, *rest):
+    """The result's metadata, where the torch function takes other arguments."""
+    floating(query)
+    return query.new_empty(query.shape)
+
+
 def paired(present, slot, name):
     """Whether a KV-cache write of `name` (key, value) is asked for: its new entries and
-    their slot come together or not at all. The op's route checks this too."""
+    their slot come together or not at all (as the op's route checks `Api.written`)."""
     if (present is None) != (slot is None):
         raise ValueError(
             f"scaled_dot_product_attention: give present_{name} and present_{name}_slot together"

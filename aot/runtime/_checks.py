@@ -2,11 +2,10 @@
 they follow or refuse."""
 
 import functools
-import math
 
 import torch
 
-from ntops_prebuilt import _C, _ops
+from . import _C, _ops
 
 NUMBERS = (bool, int, float)
 
@@ -118,23 +117,6 @@ def scalar(op, name, value, input):
     return value
 
 
-def clamp_bounds(min, max):
-    """clamp's (min, max) as torch's overloads take them: a number beside a tensor is
-    the number overload, which reads a 0-dim tensor as its value (on any device) and
-    takes no larger tensor."""
-    given = [bound for bound in (min, max) if bound is not None]
-    tensors = [bound for bound in given if isinstance(bound, torch.Tensor)]
-    if not tensors or len(tensors) == len(given):
-        return min, max
-    if any(bound.ndim for bound in tensors):
-        raise TypeError(
-            "clamp: min and max must both be numbers (0-dim tensors count) or both be "
-            f"tensors, as torch.clamp takes them, not {type(min).__name__} and "
-            f"{type(max).__name__}"
-        )
-    return tuple(b.item() if isinstance(b, torch.Tensor) else b for b in (min, max))
-
-
 def normalized(op, input, normalized_shape):
     """The trailing `normalized_shape` of `input` as a tuple; checks it is one."""
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
@@ -157,30 +139,3 @@ def vector(op, name, value, shape):
             f"{op}: {name} has shape {list(value.shape)}, normalized_shape is {list(shape)}"
         )
     return value if len(shape) == 1 else value.reshape(-1)
-
-
-def subtraction(input, other, alpha):
-    """sub's refusal of bools, as torch's (the kernels would compute them)."""
-    if other is True or other is False or _is_bool(input) or _is_bool(other):
-        raise RuntimeError(
-            "sub: subtraction with a bool tensor is not supported (as in torch); "
-            "to invert a mask, use the ~ operator or torch.logical_not()"
-        )
-
-
-def _is_bool(value):
-    return isinstance(value, torch.Tensor) and value.dtype == torch.bool
-
-
-def exponent(input, exponent):
-    """pow's refusal of a number exponent that overflows the input's float dtype:
-    torch converts the exponent to it first."""
-    if isinstance(exponent, torch.Tensor) or not isinstance(input, torch.Tensor):
-        return
-    if not input.dtype.is_floating_point or not math.isfinite(exponent):
-        return
-    if math.fabs(exponent) > torch.finfo(input.dtype).max:
-        raise RuntimeError(
-            f"pow: exponent {exponent!r} cannot be converted to {input.dtype} "
-            "without overflow (as torch refuses it)"
-        )

@@ -3,25 +3,36 @@ offset, which this function advances as torch's dropout does."""
 
 import torch
 
-from ntops_prebuilt import _C
-from ntops_prebuilt import _checks as check
-from ntops_prebuilt._library import routed
+from . import _C
+from . import _checks as check
+from ._library import fake, routed
 
 _launch = _C.launch
 _DROPOUT = check.groups("dropout")[()]
 
 
-@routed("dropout")
+@fake("dropout")
+def _fake(input, p=0.5, training=True, inplace=False):
+    """A new tensor (an op may not return its input, whatever p is), or the input."""
+    return input if inplace else torch.empty_like(input)
+
+
 def dropout(input, p=0.5, training=True, inplace=False):
     """torch.nn.functional.dropout: each element zeroed with probability p, survivors
     scaled by 1 / (1 - p). The mask is drawn from torch's CUDA generator, so it is
     fresh per call and repeats under torch.manual_seed. (Captured in a CUDA graph,
     a replay reuses the captured mask.)"""
+    nothing = not training or p == 0 or (isinstance(input, torch.Tensor) and input.numel() == 0)
+    if isinstance(input, torch.Tensor) and 0 <= p <= 1 and nothing:
+        return input  # as torch's dropout: the input itself, traced or not
+    return _dropout(input, p, training, inplace)
+
+
+@routed("dropout")
+def _dropout(input, p, training, inplace):
     check.tensor("dropout", "input", input)
     if not 0 <= p <= 1:
         raise ValueError(f"dropout: p must be between 0 and 1, not {p}")
-    if not training or p == 0 or input.numel() == 0:
-        return input
     if not input.is_cuda:
         raise TypeError("dropout: expected a CUDA tensor; move it with .cuda()")
     generator = torch.cuda.default_generators[input.device.index]

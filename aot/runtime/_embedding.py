@@ -3,9 +3,9 @@ launch over the indices flattened (the kernel's switch `index` is their dtype)."
 
 import torch
 
-from ntops_prebuilt import _C, _ops
-from ntops_prebuilt import _checks as check
-from ntops_prebuilt._library import routed
+from . import _C, _ops
+from . import _checks as check
+from ._library import routed
 
 _launch = _C.launch
 _EMBEDDING = {

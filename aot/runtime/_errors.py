@@ -3,7 +3,7 @@ and the `ntops-aot build` command that would add it."""
 
 import shlex
 
-from ntops_prebuilt._manifest import manifest
+from ._manifest import manifest
 
 
 class NotBuiltError(RuntimeError):

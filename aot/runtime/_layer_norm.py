@@ -1,9 +1,9 @@
 """layer_norm over the trailing `normalized_shape` dims, flattened into one row."""
 
-from ntops_prebuilt import _checks as check
-from ntops_prebuilt import _ops
-from ntops_prebuilt._library import routed
-from ntops_prebuilt._rows import rows
+from . import _checks as check
+from . import _ops
+from ._library import routed
+from ._rows import rows
 
 _LAYER_NORM = check.groups("layer_norm", "weight", "bias")
 

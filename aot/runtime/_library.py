@@ -11,25 +11,30 @@ a whole launch). Two kinds of call are sent to the ops instead, by `traced`:
   DTensor): the launcher raises `Traced` for it, and the subclass gets the op, whose
   CUDA implementation is the public function again, on plain tensors.
 
-Each op has torch's overloads (`.Tensor`, `.Scalar`, `.out`, `_` for in-place) and
-declares what it writes (`Tensor(a!)`). Its fake implementation is torch's own op
-where one exists, so shapes, dtypes and strides are torch's. Importing this module
-imports no compiler (torch._dynamo, inductor): only torch.library.
+Each op's overloads (`.Tensor`, `.Scalar`, `.out`, `_` for in-place) and schemas are
+its declaration's (`Api`, rendered into `_ops.APIS` by the one generator of
+aot/declare/api.py), with what it writes (`Tensor(a!)`; arguments it writes with
+another's values, a KV cache's slots, become copies before the op). Its fake
+implementation is its declared reference, torch's own op where one exists, so shapes,
+dtypes and strides are torch's; a wrapper module gives another with `@fake(name)`.
+This module is the mechanism only: nothing in it names an op. Importing it imports no
+compiler (torch._dynamo, inductor): only torch.library.
 """
 
+import enum
 import functools
 import importlib
 import inspect
 
 import torch
 
-from ntops_prebuilt import _ops
-from ntops_prebuilt._C import SubclassError
-from ntops_prebuilt._checks import clamp_bounds
+from . import _ops
+from ._C import SubclassError
 
 NAMESPACE = "ntops_prebuilt"
 _LIBRARY = torch.library.Library(NAMESPACE, "DEF")
 _ROUTES = {}
+_FAKES = {}  # function name -> the fake a wrapper module gave (`fake`)
 # Constant True while Dynamo traces; a call that returns False otherwise.
 compiling = torch.compiler.is_dynamo_compiling
 
@@ -60,18 +65,44 @@ def routed(name):
     return decorate
 
 
+def fake(name):
+    """Decorate the fake implementation of function `name`'s ops, where its declared
+    reference cannot be one (a reference that takes other arguments, or that would not
+    refuse what the function refuses): called as the public function is, with out=
+    for out= overloads."""
+
+    def decorate(function):
+        _FAKES[name] = function
+        return function
+
+    return decorate
+
+
 def _define(name, schema, public, fake):
     """Op `name` (with its overload) of `schema`: its CUDA implementation calls the
     public function (`public(*args, **kwargs)` in the schema's argument order), its
     fake one is `fake`. An op that writes an argument (`Tensor(a!)`, an out= or an
     in-place form) returns nothing, as functionalization requires of custom ops; its
-    route returns the written tensor, as the public function does."""
+    route returns the written tensor, as the public function does. An op may not
+    return one of its inputs (a dropout that drops nothing returns its input): it
+    returns a copy."""
     if "!)" in schema:
         schema = schema.rsplit("->", 1)[0] + "-> ()"
         public, fake = _returning_nothing(public), _returning_nothing(fake)
+    else:
+        public = _not_aliasing(public)
     _LIBRARY.define(f"{name}{schema}")
     _LIBRARY.impl(name, public, "CUDA")
     torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=_LIBRARY)
+
+
+def _not_aliasing(function):
+    def call(*args, **kwargs):
+        result = function(*args, **kwargs)
+        inputs = (*args, *kwargs.values())
+        return result.clone() if any(result is value for value in inputs) else result
+
+    return call
 
 
 def _returning_nothing(function):
@@ -109,19 +140,11 @@ def _written(nothing, tensor):
 
 
 def register(nt):
-    """Define every op of `nt` (the runtime's public functions): by hand those whose
-    overloads, fakes or routes torch's rules make special, every other one from its
-    declaration."""
-    _clamp(nt)
-    _dropout(nt)
-    _products(nt)
-    _attention(nt)
+    """Define every declared function's ops (`_ops.APIS`), each overload running the
+    public function of `nt` and faked by its reference (or the wrapper's `fake`), and
+    the route of the function's traced calls to them."""
     for api in _ops.APIS:
-        if api["name"] not in _ROUTES:
-            _declared(api, getattr(nt, api["name"]))
-
-
-# ---- ordinary ops: overloads and routes from their declarations ----------------------
+        _declared(api, getattr(nt, api["name"]))
 
 
 def _reference(dotted):
@@ -146,10 +169,11 @@ def _inplace(function):
 
 def _declared(api, public):
     """The overloads `api` declares (`api.describe`), each running `public` and faked
-    by the torch function it is, and the route of `public`'s traced calls to them."""
+    by the wrapper's fake or the torch function it is, and the route of `public`'s
+    traced calls to them."""
     name = api["name"]
-    names = [p["name"] for p in api["params"] if p["name"] != api["writes"]]
-    twin = _by_name(_reference(api["reference"]), names)
+    names = [p["name"] for p in _op_params(api)]
+    twin = _FAKES.get(name) or _by_name(_reference(api["reference"]), names)
     for overload in api["overloads"]:
         if overload["writes"] == "inplace":
             _define(f"{name}_", overload["schema"], _inplace(public), _inplace(twin))
@@ -160,12 +184,21 @@ def _declared(api, public):
     _ROUTES[name] = _route(api)
 
 
+def _op_params(api):
+    """The parameters an op takes: the function's, less out=/inplace= (the overload
+    says) and the arguments a traced call turns into copies (`Api.written`)."""
+    copied = {*api["written"], *api["written"].values()}
+    return [p for p in api["params"] if p["name"] != api["writes"] and p["name"] not in copied]
+
+
 def _route(api):
     """A public function's arguments to the overload torch would pick: by the kind of
-    its Tensor|Number argument, with out= or in place."""
+    its Tensor|Number arguments (any tensor picks the tensor overload), with out= or
+    in place; the arguments it writes with others' values first, as copies."""
     name, writes = api["name"], api["writes"]
-    params = [p for p in api["params"] if p["name"] != writes]
-    kinds = [s for s, pick in api["switches"].items() if pick["rule"] == "kind"]
+    params = _op_params(api)
+    kinds = [p["name"] for p in params if p["type"].startswith("Tensor|Number")]
+    optional = all(p["type"].endswith("?") for p in params if p["name"] in kinds)
     signature = inspect.Signature(
         [
             inspect.Parameter(
@@ -180,201 +213,47 @@ def _route(api):
     def route(*args, **kwargs):
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
-        values = bound.arguments
+        values = {key: _plain(value) for key, value in bound.arguments.items()}
+        _copy_written(name, api["written"], values)
         written = values[writes] if writes else None
         positional = [values[p["name"]] for p in params if not p["keyword"]]
         keywords = {p["name"]: values[p["name"]] for p in params if p["keyword"]}
         if writes == "inplace" and written:
             return _written(_op(f"{name}_").default(*positional, **keywords), positional[0])
-        number = bool(kinds) and not isinstance(values[kinds[0]], torch.Tensor)
+        tensor = any(isinstance(values[kind], torch.Tensor) for kind in kinds)
         packet = _op(name)
         if writes == "out" and written is not None:
-            out = packet.Scalar_out if number else packet.out
+            out = (
+                (packet.Tensor_out if tensor else packet.out)
+                if optional
+                else (packet.out if tensor else packet.Scalar_out)
+            )
             return _written(out(*positional, **keywords, out=written), written)
-        overload = packet.default if not kinds else packet.Scalar if number else packet.Tensor
+        if not kinds:
+            overload = packet.default
+        elif optional:
+            overload = packet.Tensor if tensor else packet.default
+        else:
+            overload = packet.Tensor if tensor else packet.Scalar
         return overload(*positional, **keywords)
 
     return route
 
 
+def _plain(value):
+    """An enum member (torch's CausalVariant, say) as the number a schema takes."""
+    return value.value if isinstance(value, enum.Enum) else value
+
+
+def _copy_written(name, written, values):
+    """`Api.written`: each argument written with another's values, the two given
+    together or not at all; a graph sees the copies (what torch's own models do), then
+    the op, and functionalization keeps their order."""
+    for target, source in written.items():
+        if (values[target] is None) != (values[source] is None):
+            raise ValueError(f"{name}: give {source} and {target} together")
+        if values[target] is not None:
+            values[target].copy_(values[source])
+
+
 _POSITIONAL = inspect.Parameter.POSITIONAL_OR_KEYWORD
-
-
-def _clamp(nt):
-    """clamp's overloads as torch's: number bounds or tensor bounds, each with out=."""
-
-    for overload, kind in (("default", "Scalar"), ("Tensor", "Tensor")):
-        bounds = f"Tensor input, {kind}? min=None, {kind}? max=None"
-        name = "clamp" if overload == "default" else "clamp.Tensor"
-        out = "clamp.out" if overload == "default" else "clamp.Tensor_out"
-        _define(name, f"({bounds}) -> Tensor", nt.clamp, torch.clamp)
-        _define(out, f"({bounds}, *, Tensor(a!) out) -> Tensor(a!)", nt.clamp, torch.clamp)
-
-    def route(input, min=None, max=None, *, out=None):
-        packet = _op("clamp")
-        min, max = clamp_bounds(min, max)
-        if isinstance(min, torch.Tensor) or isinstance(max, torch.Tensor):
-            if out is None:
-                return packet.Tensor(input, min, max)
-            return _written(packet.Tensor_out(input, min, max, out=out), out)
-        if out is None:
-            return packet.default(input, min, max)
-        return _written(packet.out(input, min, max, out=out), out)
-
-    _ROUTES["clamp"] = route
-
-
-def _dropout(nt):
-    """dropout: its CUDA op returns a copy where nothing is dropped (an op may not
-    return its input), its route the input itself, as torch and the function do."""
-    _define(
-        "dropout",
-        "(Tensor input, float p=0.5, bool training=True) -> Tensor",
-        lambda input, p=0.5, training=True: (
-            nt.dropout(input, p, training).clone()
-            if not training or p == 0 or input.numel() == 0
-            else nt.dropout(input, p, training)
-        ),
-        lambda input, p=0.5, training=True: torch.empty_like(input),
-    )
-    _define(
-        "dropout_",
-        "(Tensor(a!) input, float p=0.5, bool training=True) -> Tensor(a!)",
-        lambda input, p=0.5, training=True: nt.dropout(input, p, training, inplace=True),
-        lambda input, p=0.5, training=True: input,
-    )
-
-    def dropout(input, p=0.5, training=True, inplace=False):
-        if 0 <= p <= 1 and (not training or p == 0 or input.numel() == 0):
-            return input  # as torch's dropout and the public function: input itself
-        if inplace:
-            return _written(_op("dropout_").default(input, p, training), input)
-        return _op("dropout").default(input, p, training)
-
-    _ROUTES["dropout"] = dropout
-
-
-# ---- products -----------------------------------------------------------------------
-
-
-def _same_dtype(result, out):
-    """`result`, where out= has its dtype, as torch's products require of out=."""
-    if out.dtype != result.dtype:
-        raise RuntimeError(f"Expected out tensor to have dtype {result.dtype}, but got {out.dtype}")
-    return result
-
-
-def _products(nt):
-    for name, second in (("mm", "mat2"), ("bmm", "mat2"), ("matmul", "other")):
-        public, twin = getattr(nt, name), getattr(torch, name)
-        _define(name, f"(Tensor input, Tensor {second}) -> Tensor", public, twin)
-        _define(
-            f"{name}.out",
-            f"(Tensor input, Tensor {second}, *, Tensor(a!) out) -> Tensor(a!)",
-            public,
-            # torch's product without its out= (torch 2.4's fake matmul.out decomposes
-            # into a copy_ that reaches for a real device), and torch's rule for out=
-            lambda input, other, *, out, twin=twin: _same_dtype(twin(input, other), out),
-        )
-        _ROUTES[name] = lambda input, other, *, out=None, name=name: (
-            _op(name).default(input, other)
-            if out is None
-            else _written(_op(name).out(input, other, out=out), out)
-        )
-    keywords = "*, Scalar beta=1, Scalar alpha=1"
-    _define(
-        "addmm",
-        f"(Tensor input, Tensor mat1, Tensor mat2, {keywords}) -> Tensor",
-        nt.addmm,
-        torch.addmm,
-    )
-    _define(
-        "addmm.out",
-        f"(Tensor input, Tensor mat1, Tensor mat2, {keywords}, Tensor(a!) out) -> Tensor(a!)",
-        nt.addmm,
-        torch.addmm,
-    )
-    _ROUTES["addmm"] = lambda input, mat1, mat2, *, beta=1, alpha=1, out=None: (
-        _op("addmm").default(input, mat1, mat2, beta=beta, alpha=alpha)
-        if out is None
-        else _written(_op("addmm").out(input, mat1, mat2, beta=beta, alpha=alpha, out=out), out)
-    )
-
-
-# ---- attention ----------------------------------------------------------------------
-
-
-def _attention(nt):
-    # that module imports this one
-    from ntops_prebuilt._attention import floating, paired
-    from ntops_prebuilt._rotary import rope_shapes
-
-    def fake(query, key, value, *rest):
-        floating(query)
-        return query.new_empty(query.shape)
-
-    _define(
-        "scaled_dot_product_attention",
-        "(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, float dropout_p=0.0,"
-        " bool is_causal=False, float? scale=None, bool enable_gqa=False,"
-        " int? causal_variant=None) -> Tensor",
-        nt.scaled_dot_product_attention,
-        fake,
-    )
-
-    def attention(
-        query,
-        key,
-        value,
-        attn_mask=None,
-        dropout_p=0,
-        is_causal=False,
-        scale=None,
-        enable_gqa=False,
-        causal_variant=None,
-        present_key=None,
-        present_value=None,
-        present_key_slot=None,
-        present_value_slot=None,
-    ):
-        # A graph sees the KV-cache writes as the copies they are (what torch's own
-        # models do), then the attention: functionalization keeps their order.
-        for name, present, slot in (
-            ("key", present_key, present_key_slot),
-            ("value", present_value, present_value_slot),
-        ):
-            if paired(present, slot, name):
-                slot.copy_(present)
-        variant = None if causal_variant is None else int(causal_variant)
-        return _op("scaled_dot_product_attention").default(
-            query, key, value, attn_mask, float(dropout_p), is_causal, scale, enable_gqa, variant
-        )
-
-    _ROUTES["scaled_dot_product_attention"] = attention
-    signature = "(Tensor input, Tensor sin_table, Tensor cos_table, bool interleaved=True)"
-    _define(
-        "rotary_position_embedding",
-        f"{signature} -> Tensor",
-        nt.rotary_position_embedding,
-        lambda input, sin, cos, interleaved=True: (
-            rope_shapes(input, sin, cos) or torch.empty_like(input)
-        ),
-    )
-    _define(
-        "rotary_position_embedding_",
-        signature.replace("Tensor input", "Tensor(a!) input") + " -> Tensor(a!)",
-        lambda input, sin, cos, interleaved=True: nt.rotary_position_embedding(
-            input, sin, cos, interleaved, inplace=True
-        ),
-        lambda input, sin, cos, interleaved=True: rope_shapes(input, sin, cos) or input,
-    )
-
-    def rotation(input, sin_table, cos_table, interleaved=True, inplace=False):
-        if inplace:
-            written = _op("rotary_position_embedding_").default(
-                input, sin_table, cos_table, interleaved
-            )
-            return _written(written, input)
-        return _op("rotary_position_embedding").default(input, sin_table, cos_table, interleaved)
-
-    _ROUTES["rotary_position_embedding"] = rotation

@@ -1,8 +1,8 @@
 """log_softmax over any dim (the kernel reduces the last: `_rows.along`)."""
 
-from ntops_prebuilt import _checks as check
-from ntops_prebuilt._library import routed
-from ntops_prebuilt._rows import along
+from . import _checks as check
+from ._library import routed
+from ._rows import along
 
 _LOG_SOFTMAX = check.groups("log_softmax")[()]
 

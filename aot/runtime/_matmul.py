@@ -5,9 +5,9 @@ import math
 
 import torch
 
-from ntops_prebuilt import _C, _ops
-from ntops_prebuilt import _checks as check
-from ntops_prebuilt._library import routed
+from . import _C, _ops
+from . import _checks as check
+from ._library import fake, routed
 
 _launch = _C.launch
 # kernels/matmul.py's precisions: the default (TF32 for fp32), then IEEE fp32.
@@ -52,6 +52,25 @@ def _operands(op, input, mat2, out):
     check.tensor(op, "mat2", mat2)
     if out is not None:
         check.tensor(op, "out", out)
+
+
+def _product_fake(twin):
+    """A product's fake: torch's product, and torch's rule for out= (its dtype)."""
+
+    def product(input, other, *, out=None):
+        result = twin(input, other)
+        if out is not None and out.dtype != result.dtype:
+            raise RuntimeError(
+                f"Expected out tensor to have dtype {result.dtype}, but got {out.dtype}"
+            )
+        return result
+
+    return product
+
+
+# torch 2.4's fake matmul.out decomposes into a copy_ that reaches for a real device.
+for _name in ("mm", "bmm", "matmul"):
+    fake(_name)(_product_fake(getattr(torch, _name)))
 
 
 @routed("mm")

@@ -1,6 +1,6 @@
 import torch
 
-from ntops_prebuilt import _C
+from . import _C
 
 
 def preload(device=None):

@@ -1,9 +1,9 @@
 """rms_norm over the trailing `normalized_shape` dims, flattened into one row."""
 
-from ntops_prebuilt import _checks as check
-from ntops_prebuilt import _ops
-from ntops_prebuilt._library import routed
-from ntops_prebuilt._rows import EPS, rows
+from . import _checks as check
+from . import _ops
+from ._library import routed
+from ._rows import EPS, rows
 
 _RMS_NORM = check.groups("rms_norm", "weight")
 _GIVEN, _NONE = (_ops.GIVEN,), (_ops.NONE,)

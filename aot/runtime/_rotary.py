@@ -3,9 +3,9 @@ input and the tables, one launch."""
 
 import torch
 
-from ntops_prebuilt import _C
-from ntops_prebuilt import _checks as check
-from ntops_prebuilt._library import routed
+from . import _C
+from . import _checks as check
+from ._library import fake, routed
 
 _launch = _C.launch
 _ROPE = check.groups("rotary_position_embedding")[()]
@@ -24,6 +24,13 @@ def rope_shapes(input, sin_table, cos_table):
             raise ValueError(
                 f"{op}: {name} must be (seq, head_dim / 2) = {[seq, half]}, got {list(table.shape)}"
             )
+
+
+@fake("rotary_position_embedding")
+def _fake(input, sin_table, cos_table, interleaved=True, inplace=False):
+    """The result's metadata, after the shape rules the reference does not check."""
+    rope_shapes(input, sin_table, cos_table)
+    return input if inplace else torch.empty_like(input)
 
 
 @routed("rotary_position_embedding")

@@ -3,9 +3,9 @@ reduce the last dim of the leading dims merged."""
 
 import torch
 
-from ntops_prebuilt import _C
-from ntops_prebuilt import _checks as check
-from ntops_prebuilt._errors import NotBuiltError
+from . import _C
+from . import _checks as check
+from ._errors import NotBuiltError
 
 _launch = _C.launch
 # eps=None: torch takes the epsilon of the type it computes in (float for half

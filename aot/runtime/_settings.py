@@ -4,8 +4,8 @@ functions check a setting against the build instead of changing anything: asking
 what the wheel was built with succeeds, asking for anything else raises NotBuiltError
 with the build command that would give it. Nothing is silently ignored."""
 
-from ntops_prebuilt._errors import NotBuiltError, rebuild
-from ntops_prebuilt._manifest import manifest
+from ._errors import NotBuiltError, rebuild
+from ._manifest import manifest
 
 
 def _check(option, value, flag):

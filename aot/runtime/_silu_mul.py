@@ -3,9 +3,9 @@ ntops.torch (a SwiGLU MLP's `F.silu(gate) * up`)."""
 
 import torch
 
-from ntops_prebuilt import _C
-from ntops_prebuilt import _checks as check
-from ntops_prebuilt._library import routed
+from . import _C
+from . import _checks as check
+from ._library import routed
 
 _launch = _C.launch
 _SILU_MUL = check.groups("silu_mul")[()]

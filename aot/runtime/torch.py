@@ -8,9 +8,9 @@ hand-written, one module each (its `wrapper`).
 
 import importlib
 
-from ntops_prebuilt import _functions, _ops
-from ntops_prebuilt._attention import CausalVariant  # noqa: F401
-from ntops_prebuilt._settings import (  # noqa: F401
+from . import _functions, _ops
+from ._attention import CausalVariant  # noqa: F401
+from ._settings import (  # noqa: F401
     set_default_max_num_configs,
     set_default_num_stages,
     set_default_num_warps,

@@ -23,8 +23,9 @@ import time
 import torch
 
 import ntops_prebuilt
-from ntops_prebuilt import _C, _ops
-from ntops_prebuilt._errors import NotBuiltError
+
+from . import _C, _ops
+from ._errors import NotBuiltError
 
 # Normwise relative error allowed against torch (fp32 inputs go through TF32 unless
 # the variant is built for IEEE products).
