@@ -22,10 +22,10 @@ from typing import Any
 from ..declare.arguments import Arg, arguments, parameters
 from ..declare.registry import OpDef
 from ..declare.space import Config, Spec, Variant
-from ..declare.targets import TARGETS
 from ..errors import UnsupportedKernel
 from ..toolchain.compilers import Toolchain
 from ..toolchain.ninetoothed_adapter import Ninetoothed, TensorNames
+from ..toolchain.targets import TARGETS
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,9 +15,9 @@ from typing import Any
 
 from ..declare.arguments import Arg
 from ..declare.space import EVERY, Range, Spec, Variant
-from ..declare.targets import TARGETS, Target
 from ..errors import CompileError
 from ..toolchain.compilers import Toolchain
+from ..toolchain.targets import TARGETS, Target
 from .codegen import GeneratedKernel, Param
 
 # Launch kinds the launcher does not make: kernels Triton compiles for cooperative or

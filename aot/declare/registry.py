@@ -16,12 +16,12 @@ from typing import Any
 
 from ..errors import UnsupportedKernel
 from ..toolchain.compilers import Toolchain
+from ..toolchain.targets import TARGETS
 from . import api
 from .arguments import Arg, arguments, own_dtype, parameters
 from .dims import named_dims
 from .limits import NT_MAX_ARGS, NT_MAX_DIMS
 from .space import ALL, DTYPES, Config, Spec, Tuning, Variant, VariantSpace, group_key
-from .targets import TARGETS
 
 KERNELS_PACKAGE = "ntops_aot.kernels"
 

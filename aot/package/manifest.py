@@ -12,9 +12,9 @@ from ..compile.cubins import CompiledKernel
 from ..config import BuildOptions, command_words
 from ..declare.registry import OpInfo
 from ..declare.space import DTYPES, Tuning, Variant, group_key
-from ..declare.targets import TARGETS
 from ..errors import VariantFailure
 from ..plan.tuning import Choice
+from ..toolchain.targets import TARGETS
 
 FORMAT = 4
 

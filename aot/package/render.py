@@ -22,9 +22,9 @@ from ..declare.arguments import Arg, own_dtype
 from ..declare.dims import Dim, named_dims
 from ..declare.limits import NT_MAX_ARGS, NT_MAX_DIMS, NT_MAX_FACTORS, NT_MAX_NAMES, NT_MAX_PARAMS
 from ..declare.space import DTYPES
-from ..declare.targets import TARGETS
 from ..errors import UnsupportedKernel
 from ..toolchain import versions
+from ..toolchain.targets import TARGETS
 from . import cexpr
 
 # The generated sources, each rendered from its template (`NAME.j2`).

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from ..compile.cubins import CompiledKernel
 from ..compile.stage import Compiled
 from ..declare.space import Variant, group_key
-from ..declare.targets import TARGETS
 from ..plan.stage import Plan
 from ..store.cache import Cache
+from ..toolchain.targets import TARGETS
 from . import wheel
 from .manifest import manifest
 from .render import GroupDef, render_extension

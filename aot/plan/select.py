@@ -12,10 +12,10 @@ from .. import config
 from ..declare import registry
 from ..declare.registry import OpInfo
 from ..declare.space import DTYPES, Variant
-from ..declare.targets import TARGETS
 from ..errors import UsageError
 from ..store.cache import Cache, Keys
 from ..toolchain.compilers import Toolchain
+from ..toolchain.targets import TARGETS
 
 
 def scan(

@@ -1,2 +1,3 @@
 """The compilers: ninetoothed and Triton loaded in a process for a target arch
-(`compilers`), ninetoothed's internals behind one adapter, and the versions of it all."""
+(`compilers`, the arches they build for in `targets`), ninetoothed's internals behind
+one adapter, and the versions of it all."""

@@ -22,9 +22,9 @@ from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
-from ..declare.targets import Target
 from . import ninetoothed_adapter
 from .ninetoothed_adapter import Ninetoothed
+from .targets import Target
 
 
 class Toolchain:

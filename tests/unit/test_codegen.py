@@ -10,7 +10,7 @@ import pytest
 
 from ntops_aot.aot.compile import codegen
 from ntops_aot.aot.declare.space import Config, Variant
-from ntops_aot.aot.declare.targets import TARGETS
+from ntops_aot.aot.toolchain.targets import TARGETS
 
 
 @pytest.fixture

@@ -5,9 +5,9 @@ import pathlib
 import pytest
 
 from ntops_aot.aot.declare.space import Spec, Variant, VariantSpace
-from ntops_aot.aot.declare.targets import TARGETS
 from ntops_aot.aot.errors import UsageError
 from ntops_aot.aot.plan import select as enumeration
+from ntops_aot.aot.toolchain.targets import TARGETS
 
 KERNELS = pathlib.Path(__file__).parents[2] / "kernels"
 

@@ -46,8 +46,8 @@ def interpreted(test):
 
 def maker(build_dir):
     from ntops_aot.aot.declare import registry as ops
-    from ntops_aot.aot.declare.targets import TARGETS
     from ntops_aot.aot.toolchain.compilers import Toolchain
+    from ntops_aot.aot.toolchain.targets import TARGETS
 
     toolchain = Toolchain(build_dir)
     registry = ops.load_all(toolchain)

@@ -6,10 +6,10 @@ import pytest
 from ntops_aot.aot.compile import codegen
 from ntops_aot.aot.compile.cubins import compile_kernel
 from ntops_aot.aot.declare.space import Variant
-from ntops_aot.aot.declare.targets import TARGETS
 from ntops_aot.aot.errors import ToolchainError
 from ntops_aot.aot.toolchain import ninetoothed_adapter, versions
 from ntops_aot.aot.toolchain.compilers import Toolchain
+from ntops_aot.aot.toolchain.targets import TARGETS
 
 ADD = Variant("add", "sm_80", "fp16", 1, (("other", "tensor"),), widest=True)
 

@@ -221,7 +221,7 @@ def test_tune_refuses_ops_that_declare_no_tuning(tmp_path):
 def test_the_committed_tables_fit_the_kernel_files(tmp_path):
     """Every table under kernels/tuning matches this toolchain and names only variants,
     buckets and configurations the kernel files declare."""
-    from ntops_aot.aot.declare.targets import TARGETS
+    from ntops_aot.aot.toolchain.targets import TARGETS
 
     arches = tuple(a for a in TARGETS if (tuning.tables_dir() / f"{a}.json").is_file())
     assert arches, "no committed tuning table"
