@@ -21,7 +21,7 @@ from ninetoothed import Tensor
 
 from ntops_aot.aot.declare.space import FLOATS, Bucket, Config, Operand, VariantSpace
 
-from .parts import arrive, claim, partial_results
+from ._lib.parts import arrive, claim, partial_results
 
 # Kernels with unit-stride dims: the left operand row-major (activations are), the
 # right one row-major or column-major: `x @ w.t()` with w in nn.Linear's (out, in)

@@ -39,7 +39,7 @@ from ninetoothed import Tensor
 from ntops_aot.aot.declare.api import Api, sample
 from ntops_aot.aot.declare.space import FLOATS, Bucket, Config, Operand, Tuning, VariantSpace
 
-from .parts import arrive, claim, partial_results
+from ._lib.parts import arrive, claim, partial_results
 
 MASKS = ("none", "causal", "bool", "float")
 SPACE = VariantSpace(
