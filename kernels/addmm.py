@@ -78,9 +78,9 @@ def config(variant, bucket):
 
 
 def candidates(variant, bucket):
-    """tuning/products.py's, unflattened, and without clusters: on an H100 the 2-block programs
-    gave a relative error of 8.6e-2 against torch with the bias epilogue (tuning run
-    of 2026-11-22; mm's and bmm's passed)."""
+    """tuning/products.py's, unflattened, and without clusters: on an H100 the 2-block
+    programs gave a relative error of 8.6e-2 against torch with the bias epilogue
+    (tuning run of 2026-11-22; mm's and bmm's passed)."""
     return [
         config
         for config in tuning.unflattened(tuning.candidates(variant, bucket))
