@@ -3,7 +3,7 @@
 from ntops_aot.aot.declare.api import Api, sample
 from ntops_aot.aot.declare.space import BOOL, INTEGERS, VariantSpace
 
-from . import element_wise
+from ._lib import element_wise
 
 SPACE = VariantSpace(
     dtypes=INTEGERS + BOOL,

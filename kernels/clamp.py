@@ -16,7 +16,7 @@ from ninetoothed import Tensor
 from ntops_aot.aot.declare.api import Api, sample
 from ntops_aot.aot.declare.space import FLOATS, VariantSpace
 
-from . import element_wise
+from ._lib import element_wise
 
 BOUND = ("scalar", "tensor")
 SPACE = VariantSpace(

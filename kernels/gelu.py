@@ -6,7 +6,7 @@ from ninetoothed.language import libdevice
 from ntops_aot.aot.declare.api import Api, sample
 from ntops_aot.aot.declare.space import FLOATS, VariantSpace
 
-from . import element_wise
+from ._lib import element_wise
 
 SPACE = VariantSpace(
     dtypes=FLOATS,

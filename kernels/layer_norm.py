@@ -15,7 +15,7 @@ from ninetoothed import Tensor
 from ntops_aot.aot.declare.api import Api, sample
 from ntops_aot.aot.declare.space import FLOATS, VariantSpace
 
-from . import reduction
+from ._lib import reduction
 
 SPACE = VariantSpace(
     dtypes=FLOATS,

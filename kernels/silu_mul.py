@@ -7,7 +7,7 @@ import ninetoothed.language as ntl
 from ntops_aot.aot.declare.api import Api, sample
 from ntops_aot.aot.declare.space import FLOATS, VariantSpace
 
-from . import element_wise
+from ._lib import element_wise
 
 SPACE = VariantSpace(
     dtypes=FLOATS, ndims=element_wise.NDIMS, specialized_ndims=element_wise.SPECIALIZED_NDIMS

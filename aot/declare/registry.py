@@ -1,8 +1,9 @@
 """The op registry, discovered by scanning `ntops_aot.kernels` (never a hand-kept list).
 
-A module there with a `SPACE` is an op; the others hold shared tilings. Planning
-needs only each op's `SPACE` (`OpInfo`, which the cache keeps: see
-`enumerate.scan`); compiling needs the module itself (`load`).
+A module there with a `SPACE` is an op; its packages (`_lib`: kernel code ops share,
+`tuning`: tuning policy and tables) are not scanned. Planning needs only each op's
+`SPACE` (`OpInfo`, which the cache keeps: see `enumerate.scan`); compiling needs the
+module itself (`load`).
 """
 
 from __future__ import annotations
@@ -131,10 +132,12 @@ class OpDef:
 
 
 def kernel_modules() -> list[str]:
-    """Every module of the kernels package, sorted, found without importing them."""
+    """Every module of the kernels package, sorted, found without importing them.
+    Packages are skipped: `kernels/_lib` (shared kernel code) and `kernels/tuning`
+    (tuning policy and tables) hold no op, and their modules are not kernel files."""
     spec = importlib.util.find_spec(KERNELS_PACKAGE)
     folders = list(spec.submodule_search_locations or ()) if spec else []
-    infos = pkgutil.iter_modules(folders)
+    infos = [info for info in pkgutil.iter_modules(folders) if not info.ispkg]
     return [f"{KERNELS_PACKAGE}.{info.name}" for info in sorted(infos, key=lambda i: i.name)]
 
 

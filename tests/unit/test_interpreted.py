@@ -404,7 +404,7 @@ def check_split_k():
     import triton.language as tl
 
     global product  # the interpreter resolves a kernel's names in its module's globals
-    from ntops_aot.kernels.matmul import product
+    from ntops_aot.kernels._lib.products import product
 
     @triton.jit
     def split(
@@ -517,7 +517,7 @@ def check_split_attention():
     import triton.language as tl
 
     global attend  # the interpreter resolves a kernel's names in its module's globals
-    from ntops_aot.kernels.scaled_dot_product_attention import attend
+    from ntops_aot.kernels._lib.attention import attend
 
     @triton.jit
     def split(

@@ -23,8 +23,8 @@ from ntops_aot.aot.store.cache import FORMAT
 from tests.wheels import install
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-# Two element-wise ops (sharing kernels/element_wise.py) and one row op (kernels/
-# reduction.py): six variants that compile in seconds.
+# Two element-wise ops (sharing kernels/_lib/element_wise.py) and one row op (kernels/
+# _lib/reduction.py): six variants that compile in seconds.
 SELECTION = ("--arch", "sm_80", "--ops", "abs,neg,rms_norm", "--dtypes", "fp16", "--ndims", "1,2")
 ABS = {"abs-sm_80-fp16-nd1", "abs-sm_80-fp16-nd2"}
 NEG = {"neg-sm_80-fp16-nd1", "neg-sm_80-fp16-nd2"}
@@ -149,9 +149,9 @@ def test_editing_one_op_recompiles_only_its_variants(project):
 
 def test_editing_a_shared_tiling_recompiles_exactly_its_users(project):
     project.build("first").ok()
-    project.edit("kernels/element_wise.py", "\n# edited\n")
+    project.edit("kernels/_lib/element_wise.py", "\n# edited\n")
     assert project.build("element_wise").ok().compiled_ids == ABS | NEG
-    project.edit("kernels/reduction.py", "\n# edited\n")
+    project.edit("kernels/_lib/reduction.py", "\n# edited\n")
     assert project.build("reduction").ok().compiled_ids == RMS_NORM
 
 

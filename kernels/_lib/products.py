@@ -1,7 +1,7 @@
-"""Shared tiling of matrix products (mm, addmm, bmm): output tiles of
-(block_size_m, block_size_n), each the sum over K of (block_size_m, block_size_k) x
-(block_size_k, block_size_n) products, accumulated in fp32; a leading batch dim when
-the tensors have three.
+"""The product library mm, bmm and addmm share: output tiles of (block_size_m,
+block_size_n), each the sum over K of (block_size_m, block_size_k) x (block_size_k,
+block_size_n) products, accumulated in fp32; a leading batch dim when the tensors have
+three.
 
 The arrangement gives the launch grid (one program per output tile); the tile loop
 itself is `product`, a Triton function the applications call with the operands'
@@ -11,7 +11,9 @@ one wave reads stay in L2), persistent programs looping over tiles, TMA descript
 and warp specialisation on Hopper. What each configuration chooses comes in as
 constexpr tensors; which layout the operands have comes from the specialisation
 (`spec`): TMA needs 16-byte aligned operands with a unit-stride dim, so only the
-aligned specialisations use it, the others load through pointers.
+aligned specialisations use it, the others load through pointers. Which
+configurations there are, and which one a call of each size gets, is tuning policy:
+kernels/tuning/products.py.
 """
 
 import ninetoothed
@@ -19,7 +21,7 @@ import triton
 import triton.language as tl
 from ninetoothed import Tensor
 
-from ntops_aot.aot.declare.space import FLOATS, Bucket, Config, Operand, VariantSpace
+from ntops_aot.aot.declare.space import FLOATS, VariantSpace
 
 from .parts import arrive, claim, partial_results
 
@@ -28,9 +30,6 @@ from .parts import arrive, claim, partial_results
 # layout is the common case in inference. Anything else takes the generic kernel.
 UNIT_DIMS = {"input": (-1,), "other": (-1, -2), "mat1": (-1,), "mat2": (-1, -2)}
 PRECISION = {"fp32_precision": ("tf32", "ieee")}
-# Hopper and Blackwell datacenter parts: 227 KiB of shared memory per block and TMA.
-_BIG_SHARED = ("sm_90", "sm_100")
-_TMA = ("sm_90", "sm_100", "sm_120")
 
 
 def space(ndim, dims, broadcast=(), unspecialized=()):
@@ -53,192 +52,7 @@ def space(ndim, dims, broadcast=(), unspecialized=()):
     )
 
 
-# ---- configurations ---------------------------------------------------------------
-
-
-def tiles(
-    m, n, k, warps, stages, group=8, persistent=0, ws=False, flatten=False, tma=True, split=1,
-    ctas=1,
-):  # fmt: skip
-    """A configuration: tile sizes, tile grouping, the Hopper choices (TMA loads,
-    warp specialisation of the K loop, flattening persistent loops, programs of a
-    cluster of `ctas` blocks), and up to how many parts K may be split into when the
-    tiles alone leave multiprocessors idle."""
-    premake = {
-        "block_size_m": m,
-        "block_size_n": n,
-        "block_size_k": k,
-        "group_size_m": group,
-        "tma": tma,
-        "warp_specialize": ws,
-        "flatten": flatten,
-    }
-    return Config(premake, warps, stages, persistent=persistent, split=split, num_ctas=ctas)
-
-
-def linear(m, k, n):
-    """`x @ w.t()` with x (m, k) and w an nn.Linear weight (n, k)."""
-    return (Operand((m, k)), Operand((k, n), transposed=True))
-
-
-def row_major(m, k, n):
-    return (Operand((m, k)), Operand((k, n)))
-
-
-# Llama-3-8B's products: fused QKV (4096 -> 6144), the output projection (4096 ->
-# 4096), fused gate/up (4096 -> 28672) and down (14336 -> 4096).
-LAYER = ((4096, 6144), (4096, 4096), (4096, 28672), (14336, 4096))
-# Bucket bounds on M (rows): decoding batches of up to 16 and of up to 64 sequences are
-# memory-bound (every tile of the weight read once, by enough programs to fill the
-# GPU: narrow tiles, deep pipelines); from 65 rows on the tiles widen, and prefill
-# sizes are compute-bound (128x256 tiles, persistent programs).
-BOUNDS = {"decode": 16, "small": 32, "batched": 64, "medium": 256, "prefill": None}
-SAMPLE_ROWS = {
-    "decode": (1, 8, 16),
-    "small": (24, 32),
-    "batched": (48, 64),
-    "medium": (128, 256),
-    "prefill": (2048,),
-}
-# From 17 to 64 rows the columns N (the second key) split the buckets too: how many
-# tiles a product has next to the multiprocessors sets which tiles fill them. On an
-# H100 (132 multiprocessors; device time, 2026-11-23, Triton JIT prototype): at N=4096
-# 64x32 tiles (128 programs) reach 0.97-1.03x cuBLAS where 64x64 ones (64) reach
-# 0.93-0.99x; at N=6144 and 28672 64x64 tiles reach 0.98-1.04x and 64x32 ones (1.5
-# waves at 6144) 0.83-0.96x.
-WIDE = {"small": 4096, "batched": 4096}
-
-
-def buckets(sample=linear, square=row_major):
-    """Rows of the product pick the bucket, and where WIDE splits them its columns
-    (`name` up to that many, `name-wide` the rest). Samples: the layer's products at
-    each bucket's sizes, `sample(m, k, n)` making a call's operands, and 4096^3."""
-    found = []
-    for name, upto in BOUNDS.items():
-        calls = [(n, sample(m, k, n)) for m in SAMPLE_ROWS[name] for k, n in LAYER]
-        if name == "prefill":
-            calls.append((4096, square(4096, 4096, 4096)))
-        narrow = WIDE.get(name)
-        if narrow is None:
-            found.append(Bucket(name, upto, tuple(call for _, call in calls)))
-            continue
-        found.append(Bucket(name, upto, tuple(c for n, c in calls if n <= narrow), narrow))
-        found.append(Bucket(f"{name}-wide", upto, tuple(c for n, c in calls if n > narrow)))
-    return tuple(found)
-
-
-def config(variant, bucket):
-    """The declared default of each bucket, per arch; tuning tables replace them."""
-    arch, dtype = variant.arch, variant.dtype
-    if dtype == "fp32":  # no TMA: fp32 tiles go through plain loads everywhere
-        stages = 3 if arch in (*_BIG_SHARED, "sm_80") else 2
-        return tiles(128, 128, 32, 8, stages, tma=False)
-    tma, big = arch in _TMA, arch in _BIG_SHARED
-    # Decode sizes load through plain pointers: on an H100 the TMA descriptors each
-    # program makes cost 1-2 us, 5% of a 26 us product (tuning runs of 2026-11-22).
-    if bucket == "decode":
-        return tiles(16, 32, 256 if big else 128, 4, 4, tma=False)
-    if bucket.removesuffix("-wide") in ("small", "batched"):
-        return tiles(64, 64, 128, 4, 4 if big else 3, tma=False)
-    if bucket == "medium":
-        return tiles(128, 128, 64, 8 if big else 4, 4 if big else 3, tma=tma)
-    if big:
-        return tiles(128, 256, 64, 8, 3, persistent=1, flatten=True, tma=tma)
-    return tiles(128, 128, 32, 4, 3, tma=tma)
-
-
-# Tried on sm_90 (H100, bf16/fp16). Decode sizes are memory-bound: how many programs
-# share the weight's rows sets the speed (N=4096 in 64-wide tiles: 64 programs for 132
-# multiprocessors), so narrow tiles, long K steps and split K are in the running, and
-# plain loads next to TMA (no descriptors to make per program). Split K zeroed its
-# counters with a memset, 2 us of a 16 us product, until `arrive` tagged them instead.
-# From 17 rows on, deep pipelines of long K steps win. Measured on an H100 (device time,
-# 2026-11-22) while N still came from the right operand (see the applications), so
-# every ratio below was low by 5-15%: splitting K lost to every unsplit tile, stream K
-# (equal shares of all tiles' K steps over 132 programs, 0.51-0.94x: partials and
-# re-read activations load L2) lost, and so did tiles small enough for 2-4 programs per
-# multiprocessor. cuBLAS's kernels there (nvjet, in ncu) are warp-specialised TMA
-# kernels of 96-128 programs in clusters of 2-4, 15-16 stages of 64-wide K steps.
-_PLAIN, _SPLIT = {"tma": False}, {"split": 4}
-# Up to 64 rows: 64x64 tiles read every weight row once; at N=4096 they leave half the
-# multiprocessors idle, where 64x32 and 32x32 tiles fill them (re-reading the
-# activations from L2) and lose at wider N. Split K gives wide tiles programs but pays
-# for its merge: on an H100 (2026-11-22, device time) a split in 2 without the merge
-# matched cuBLAS where the merge left it at 0.87-0.93x.
-_NARROW = [
-    (64, 64, 128, 4, 6, _PLAIN),
-    (64, 64, 128, 4, 5, _PLAIN),
-    (64, 64, 128, 4, 3, _PLAIN),
-    (32, 32, 256, 4, 4, _PLAIN),
-    (64, 32, 256, 4, 4, _PLAIN),
-    (32, 64, 256, 4, 4, _PLAIN),
-    (64, 64, 128, 4, 6),
-    (64, 64, 128, 4, 6, {**_PLAIN, "split": 2}),
-]
-_CANDIDATES = {
-    "decode": [
-        (16, 64, 128, 4, 6, _PLAIN),
-        (16, 64, 256, 4, 4, _PLAIN),
-        (16, 128, 128, 4, 4, _PLAIN),
-        (16, 32, 128, 4, 6, _PLAIN),
-        (16, 64, 128, 4, 6),
-        (16, 64, 256, 4, 4, {**_PLAIN, **_SPLIT}),
-        (16, 128, 256, 4, 3, {**_PLAIN, **_SPLIT}),
-    ],
-    "small": _NARROW,
-    "batched": _NARROW,
-    "medium": [
-        (128, 64, 128, 4, 3, {**_PLAIN, **_SPLIT}),
-        (128, 128, 64, 8, 4, {**_PLAIN, **_SPLIT}),
-        (64, 128, 128, 4, 3, _SPLIT),
-        (64, 64, 128, 4, 4, _PLAIN),
-        (128, 64, 64, 4, 4, _PLAIN),
-        (128, 128, 64, 8, 4, _SPLIT),
-    ],
-}
-
-
-def candidates(variant, bucket):
-    """What a tuning run tries (the default first). Half types on the arches with TMA;
-    fp32 and the other arches keep their defaults."""
-    default = config(variant, bucket)
-    if variant.dtype == "fp32" or variant.arch not in _BIG_SHARED:
-        return [default]
-    if bucket == "prefill":
-        found = [
-            tiles(128, 256, 64, 8, 3, group=4, persistent=1, flatten=True),
-            tiles(128, 256, 64, 8, 3, group=16, persistent=1, flatten=True),
-            tiles(128, 256, 64, 8, 3, persistent=1),
-            tiles(128, 256, 64, 4, 3, persistent=1, ws=True),
-            tiles(128, 256, 64, 8, 3, persistent=1, flatten=True, ctas=2),
-        ]
-    else:
-        found = [
-            tiles(*choice[:5], **(choice[5] if len(choice) > 5 else {}))
-            for choice in _CANDIDATES[bucket.removesuffix("-wide")]
-        ]
-    return [default, *(c for c in found if c.key != default.key)]
-
-
-def unflattened(configs):
-    """The configurations with persistent loops left unflattened, duplicates dropped:
-    addmm's bias epilogue needs the shared memory that flattening 128x256 tiles
-    across tiles would take (245784 bytes on sm_90, over its 232448)."""
-    found = {}
-    for config in configs:
-        config = Config(
-            {**config.premake, "flatten": False},
-            config.num_warps,
-            config.num_stages,
-            persistent=config.persistent,
-            split=config.split,
-            num_ctas=config.num_ctas,
-        )
-        found.setdefault(config.key, config)
-    return list(found.values())
-
-
-# ---- the kernel --------------------------------------------------------------------
+# ---- the tiling and the premake's tensors ------------------------------------------
 
 
 def arrange(left, right, output, block_size_m, block_size_n, block_size_k):
@@ -309,8 +123,50 @@ def constants(
     return tuple(Tensor(0, constexpr=True, value=value) for value in values)
 
 
-def operand(ndim, dtype, **options):
-    return Tensor(ndim, dtype=dtype, **options)
+def whole(workspace):
+    """The workspace, addressed through its pointer; tiled so that ninetoothed sees a
+    tile of known size."""
+    return workspace.tile((1,))
+
+
+def tensors(kind, ndim, dtype, spec, fp32_precision, split=1, **config):
+    """The premake tensors of mm, bmm or addmm (`kind`): the operands, the workspace
+    (split configurations' partial sums: the launcher allocates it) and the launch's
+    id (the launcher sets it), the configuration as constexpr tensors; and the block
+    sizes the arrangement tiles by."""
+    blocks = {name: config[name] for name in ("block_size_m", "block_size_n", "block_size_k")}
+    choices = (
+        fp32_precision,
+        *blocks.values(),
+        config.get("group_size_m", 8),
+        config.get("tma", False),
+        config.get("warp_specialize", False),
+        config.get("flatten", False),
+        split > 1,
+    )
+    if kind == "addmm":
+        operands = (
+            Tensor(2, dtype=dtype),
+            Tensor(2, dtype=dtype, other=0),
+            Tensor(2, dtype=dtype, other=0),
+            Tensor(0, dtype=ninetoothed.float32),
+            Tensor(0, dtype=ninetoothed.float32),
+            Tensor(2, dtype=dtype),
+        )
+        fixed = constants(ndim, dtype, spec, (1, 2), *choices)
+    else:
+        operands = tuple(Tensor(ndim, dtype=dtype, other=0) for _ in range(3))
+        fixed = constants(ndim, dtype, spec, (0, 1), *choices)
+    workspace, launch = Tensor(1, dtype=ninetoothed.int32), Tensor(0, dtype=ninetoothed.int64)
+    return (*operands, workspace, launch, *fixed), blocks
+
+
+# ---- the tile loop -----------------------------------------------------------------
+# The applications pass N from the output, whose unit-stride dim it is: aligned
+# specialisations compile it as a multiple of 16, so tile columns past N mask whole
+# vectors. Taken from a column-major right operand it is not, and the masks cost Triton
+# 3.9 scalar stores and a fifth more instructions per K step (0.81-0.89x cuBLAS at 64
+# rows, 0.94-0.98x with N from the output; H100, 2026-11-22).
 
 
 @triton.jit
@@ -542,102 +398,3 @@ def workspace(config):
     if config.split <= 1:
         return (0, 0)
     return (8 + 4 * config.premake["block_size_m"] * config.premake["block_size_n"], 0)
-
-
-# ---- the applications: `product` over the source tensors -----------------------------
-# They live here, beside `product` and its helpers, because ninetoothed takes the
-# Triton functions an application calls from the application's own module. N comes
-# from the output, whose unit-stride dim it is: aligned specialisations compile it as
-# a multiple of 16, so tile columns past N mask whole vectors. Taken from a
-# column-major right operand it is not, and the masks cost Triton 3.9 scalar stores
-# and a fifth more instructions per K step (0.81-0.89x cuBLAS at 64 rows, 0.94-0.98x
-# with N from the output; H100, 2026-11-22).
-
-
-def application_mm(
-    input, other, output, workspace, launch,
-    block_m, block_n, block_k, group_m, tma, a_t, b_t, ws, flat, precision, split,
-):  # fmt: skip
-    product(
-        input.source.data_ptr(), 1, input.source.shape[0], input.source.shape[1],
-        0, input.source.stride(0), input.source.stride(1),
-        other.source.data_ptr(), output.source.shape[1],
-        0, other.source.stride(0), other.source.stride(1),
-        output.source.data_ptr(), 0, output.source.stride(0), output.source.stride(1),
-        output.source.data_ptr(), 0, 0, 0, 0.0, 1.0, workspace.source.data_ptr(), launch,
-        block_m, block_n, block_k, group_m, tma, a_t, b_t, ws, flat, precision, split,
-        False, False,
-    )  # fmt: skip
-
-
-def application_bmm(
-    input, other, output, workspace, launch,
-    block_m, block_n, block_k, group_m, tma, a_t, b_t, ws, flat, precision, split,
-):  # fmt: skip
-    product(
-        input.source.data_ptr(), output.source.shape[0],
-        input.source.shape[1], input.source.shape[2],
-        input.source.stride(0), input.source.stride(1), input.source.stride(2),
-        other.source.data_ptr(), output.source.shape[2],
-        other.source.stride(0), other.source.stride(1), other.source.stride(2),
-        output.source.data_ptr(),
-        output.source.stride(0), output.source.stride(1), output.source.stride(2),
-        output.source.data_ptr(), 0, 0, 0, 0.0, 1.0, workspace.source.data_ptr(), launch,
-        block_m, block_n, block_k, group_m, tma, a_t, b_t, ws, flat, precision, split,
-        False, True,
-    )  # fmt: skip
-
-
-def application_addmm(
-    input, mat1, mat2, beta, alpha, output, workspace, launch,
-    block_m, block_n, block_k, group_m, tma, a_t, b_t, ws, flat, precision, split,
-):  # fmt: skip
-    product(
-        mat1.source.data_ptr(), 1, mat1.source.shape[0], mat1.source.shape[1],
-        0, mat1.source.stride(0), mat1.source.stride(1),
-        mat2.source.data_ptr(), output.source.shape[1],
-        0, mat2.source.stride(0), mat2.source.stride(1),
-        output.source.data_ptr(), 0, output.source.stride(0), output.source.stride(1),
-        input.source.data_ptr(), 0, input.source.stride(0), input.source.stride(1),
-        beta, alpha, workspace.source.data_ptr(), launch,
-        block_m, block_n, block_k, group_m, tma, a_t, b_t, ws, flat, precision, split,
-        True, False,
-    )  # fmt: skip
-
-
-def tensors(kind, ndim, dtype, spec, fp32_precision, split=1, **config):
-    """The premake tensors of mm, bmm or addmm (`kind`): the operands, the workspace
-    (split configurations' partial sums: the launcher allocates it) and the launch's
-    id (the launcher sets it), the configuration as constexpr tensors; and the block
-    sizes the arrangement tiles by."""
-    blocks = {name: config[name] for name in ("block_size_m", "block_size_n", "block_size_k")}
-    choices = (
-        fp32_precision,
-        *blocks.values(),
-        config.get("group_size_m", 8),
-        config.get("tma", False),
-        config.get("warp_specialize", False),
-        config.get("flatten", False),
-        split > 1,
-    )
-    if kind == "addmm":
-        operands = (
-            Tensor(2, dtype=dtype),
-            Tensor(2, dtype=dtype, other=0),
-            Tensor(2, dtype=dtype, other=0),
-            Tensor(0, dtype=ninetoothed.float32),
-            Tensor(0, dtype=ninetoothed.float32),
-            Tensor(2, dtype=dtype),
-        )
-        fixed = constants(ndim, dtype, spec, (1, 2), *choices)
-    else:
-        operands = tuple(Tensor(ndim, dtype=dtype, other=0) for _ in range(3))
-        fixed = constants(ndim, dtype, spec, (0, 1), *choices)
-    workspace, launch = Tensor(1, dtype=ninetoothed.int32), Tensor(0, dtype=ninetoothed.int64)
-    return (*operands, workspace, launch, *fixed), blocks
-
-
-def whole(workspace):
-    """The workspace, addressed through its pointer; tiled so that ninetoothed sees a
-    tile of known size."""
-    return workspace.tile((1,))
