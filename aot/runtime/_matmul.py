@@ -10,7 +10,7 @@ from . import _checks as check
 from ._library import fake, routed
 
 _launch = _C.launch
-# kernels/matmul.py's precisions: the default (TF32 for fp32), then IEEE fp32.
+# kernels/_lib/products.py's precisions: the default (TF32 for fp32), then IEEE fp32.
 _TF32, _IEEE = _ops.SWITCHES["mm"]["fp32_precision"]
 _MM, _BMM, _ADDMM = (check.groups(op, "fp32_precision") for op in ("mm", "bmm", "addmm"))
 

@@ -190,7 +190,7 @@ def _operand(operand, dtype):
 
 
 def _is_ieee(variant):
-    """A product of the IEEE fp32 precision (the second of kernels/matmul.py's)."""
+    """A product of the IEEE fp32 precision (the second of kernels/_lib/products.py's PRECISION)."""
     precisions = _ops.SWITCHES.get(variant["op"], {}).get("fp32_precision")
     return bool(precisions) and variant["switches"].get("fp32_precision") == precisions[-1]
 

@@ -11,7 +11,7 @@ from tests.gpu.threads import on_streams
 
 HALF = (torch.float16, torch.bfloat16)
 LIMIT = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
-# Row counts on both sides of every bucket bound of kernels/matmul.py, and prefill.
+# Row counts on both sides of every bucket bound of kernels/tuning/products.py, and prefill.
 ROWS = (1, 8, 16, 17, 32, 33, 64, 65, 256, 257, 2048)
 
 
