@@ -8,6 +8,7 @@
 #include <Python.h>
 
 #include "core.h"
+#include "driver.h"
 
 typedef struct {
     nt_request request;

@@ -120,12 +120,12 @@ static int nt_warn_ptx(const nt_device *device, const nt_kernel *kernel) {
  * module, without holding the GIL. */
 static int nt_loaded(const nt_request *r, const nt_device *device, uint32_t index,
                      CUfunction *function) {
-    if ((*function = nt_function_loaded(r->call.device, index)) != NULL)
+    if ((*function = nt_function_loaded(device, index)) != NULL)
         return 0;
     const char *what = "";
     CUresult result;
     Py_BEGIN_ALLOW_THREADS
-    result = nt_function(device, r->call.device, index, function, &what);
+    result = nt_function(device, index, function, &what);
     Py_END_ALLOW_THREADS
     if (result != CUDA_SUCCESS)
         return nt_cuda_fail(r, nt_kernels[index].id, what, result);
@@ -310,7 +310,7 @@ static PyObject *nt_py_preload(PyObject *self, PyObject *arg) {
             continue;
         CUfunction function;
         Py_BEGIN_ALLOW_THREADS
-        result = nt_function(device, ordinal, k, &function, &what);
+        result = nt_function(device, k, &function, &what);
         Py_END_ALLOW_THREADS
         failed = nt_kernels[k].id;
         loaded++;

@@ -1,6 +1,7 @@
 """Stage 4: the launcher's C, hand-written and rendered, compiled with warnings as errors."""
 
 import pathlib
+import re
 import subprocess
 import sysconfig
 import types
@@ -12,9 +13,12 @@ from ntops_aot.aot import cexpr, codegen, package, render
 from ntops_aot.aot.errors import UnsupportedKernel
 
 STRICT = ("-Wall", "-Wextra", "-Werror", "-Wshadow", "-Wstrict-prototypes", "-Wmissing-prototypes")
-# The launcher's core: the kernel tables, shapes, kernel choice and packing, the driver.
-# Only the binding (module.c, tensors.c) sees CPython.
-CORE = ("kernels.c", "shapes.c", "layout.c", "launch.c", "driver.c")
+# The launcher's layers, each seeing less than the one above: the core (the kernel tables,
+# shapes, layout, kernel choice) sees neither CUDA nor CPython; the driver layer sees
+# CUDA only; the binding (every other file) is all that sees CPython.
+CORE = ("kernels.c", "shapes.c", "layout.c", "select.c")
+DRIVER = ("driver.c", "devices.c", "functions.c", "launch.c")
+HEADERS = {"core": {"ntops.h", "generated.h", "grid.h", "core.h"}, "driver": {"driver.h", "cu.h"}}
 
 
 def test_generated_c_compiles_with_warnings_as_errors(small_build, build_dir, tmp_path):
@@ -28,18 +32,46 @@ def test_generated_c_compiles_with_warnings_as_errors(small_build, build_dir, tm
     assert output.stat().st_size > 0
 
 
-def test_the_core_compiles_without_python(small_build, build_dir, tmp_path):
+def test_the_core_compiles_without_python_or_cuda(small_build, build_dir, tmp_path):
     folder = build_dir / "extension" / "all"
     python = pathlib.Path(sysconfig.get_paths()["include"])
-    include = [f"-I{path}" for path in [*package.include_dirs(), folder] if path != python]
+    cuda = [f"-I{path}" for path in package.include_dirs() if path != python]
 
-    def compiles(name):
-        command = [package.compiler(), "-std=gnu11", *STRICT, *include, "-c", str(folder / name)]
-        run = subprocess.run([*command, "-o", str(tmp_path / f"{name}.o")], capture_output=True)
+    def compiles(name, include):
+        command = [package.compiler(), "-std=gnu11", *STRICT, *include, f"-I{folder}", "-c"]
+        run = subprocess.run(
+            [*command, str(folder / name), "-o", str(tmp_path / f"{name}.o")], capture_output=True
+        )
         return run.returncode == 0
 
-    assert all(compiles(name) for name in CORE)
-    assert not compiles("module.c")  # the binding needs Python.h: the test can tell
+    assert all(compiles(name, []) for name in CORE)
+    assert all(compiles(name, cuda) for name in DRIVER)
+    assert not compiles("launch.c", [])  # the driver needs cuda.h: the test can tell
+    assert not compiles("module.c", cuda)  # the binding needs Python.h
+
+
+def test_the_launchers_includes_go_one_way():
+    """No include cycles: the core includes only the core's headers, the driver layer
+    no binding header; and the includes of every file form a DAG."""
+    templates = pathlib.Path(render.__file__).parent / "templates"
+    sources = {
+        **render.launcher_sources(),
+        **{name: (templates / f"{name}.j2").read_text() for name in render.TEMPLATES},
+    }
+    includes = {
+        name: set(re.findall(r'^#include "([^"]+)"', text, re.MULTILINE))
+        for name, text in sources.items()
+    }
+    core, driver = HEADERS["core"], HEADERS["driver"]
+    for name in [*CORE, *core]:
+        assert includes[name] <= core, name
+    for name in [*DRIVER, *driver]:
+        assert includes[name] <= core | driver, name
+    done: set[str] = set()
+    while len(done) < len(includes):
+        ready = {name for name in includes if name not in done and includes[name] <= done}
+        assert ready, f"an include cycle among {sorted(set(includes) - done)}"
+        done |= ready
 
 
 def test_generated_sources_say_so_and_hand_written_ones_are_plain_c(small_build, build_dir):
