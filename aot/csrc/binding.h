@@ -60,8 +60,8 @@ typedef struct {
     PyObject *tensor_type;
     PyObject *dtypes[NT_MAX_DTYPES];
     PyObject *dtype_kwargs[NT_MAX_DTYPES]; /* {"dtype": torch.<dtype>} for new outputs */
-    int force_python;                      /* tests: take the Python API path */
-    const nt_dl_api *api;                  /* of torch.Tensor itself */
+    const nt_dl_api *exchange_api;         /* published on torch.Tensor; NULL: none */
+    const nt_dl_api *api;                  /* the one readers take: exchange_api, or NULL */
     PyTypeObject *api_types[NT_API_TYPES]; /* tensor subclasses seen, and theirs */
     const nt_dl_api *apis[NT_API_TYPES];
     int dispatches[NT_API_TYPES]; /* the type overrides __torch_dispatch__ */
@@ -84,7 +84,7 @@ int nt_torch_init(void);
 /* The exchange API published on tensor type `type` (looked up once per type), or NULL;
  * and whether the type overrides __torch_dispatch__. */
 const nt_dl_api *nt_api_of(PyTypeObject *type, int *dispatch);
-int nt_force_python_api(int force); /* tests: read through torch's Python API */
+void nt_use_exchange_api(int use); /* 0: every reader takes torch's Python API */
 int nt_current_stream(int device, CUstream *stream);
 PyObject *nt_dtype_object(const nt_tensor *tensor); /* new reference, for messages */
 

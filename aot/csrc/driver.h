@@ -39,8 +39,7 @@ CUresult nt_leave(const nt_device *device, CUcontext previous, const char **what
 CUresult nt_function(const nt_device *device, uint32_t kernel, CUfunction *function,
                      const char **what);
 CUfunction nt_function_loaded(const nt_device *device, uint32_t kernel); /* NULL: not yet */
-long nt_loaded_modules(void);       /* modules loaded and not unloaded (tests) */
-void nt_fault_next_load(int stage); /* tests: fail the next load (1: function, 2: opt-in) */
+long nt_loaded_modules(void); /* modules loaded and not unloaded (tests) */
 
 /* launch.c: pack the call's parameters and launch `kernel` with the memory it needs. */
 CUresult nt_launch_call(const nt_device *device, const nt_kernel *kernel, CUfunction function,

@@ -8,14 +8,10 @@
 
 /* What failed, where it is not a driver call's name: per thread, as messages are. */
 static _Thread_local char nt_what[160];
-/* Modules loaded and not unloaded; a test's fault in the next load (1: its function
- * is not found, 2: its shared memory opt-in fails). */
+/* Modules loaded and not unloaded. */
 static atomic_long nt_modules;
-static atomic_int nt_fault;
 
 long nt_loaded_modules(void) { return atomic_load(&nt_modules); }
-
-void nt_fault_next_load(int stage) { atomic_store(&nt_fault, stage); }
 
 /* Load a kernel's module and take its function; on any failure the module is
  * unloaded again (a failed first use is retried by the next call, which must not
@@ -34,18 +30,13 @@ static CUresult nt_load(const nt_device *device, const nt_kernel *kernel, CUfunc
     if (result != CUDA_SUCCESS)
         return result;
     atomic_fetch_add(&nt_modules, 1);
-    int fault = atomic_exchange(&nt_fault, 0);
-    result = fault == 1 ? nt_checked(what, "cuModuleGetFunction", CUDA_ERROR_NOT_FOUND)
-                        : NT_CU(what, cuModuleGetFunction, function, module, kernel->function);
-    if (result == CUDA_SUCCESS && (kernel->shared > 49152 || fault == 2)) {
-        /* Above 48 KiB a kernel must opt into dynamic shared memory. */
-        result =
-            fault == 2
-                ? nt_checked(what, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
-                             CUDA_ERROR_INVALID_VALUE)
-                : NT_CU_NOTE(what, "(MAX_DYNAMIC_SHARED_SIZE_BYTES)", cuFuncSetAttribute, *function,
-                             CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)kernel->shared);
-    }
+    result = NT_CU(what, cuModuleGetFunction, function, module, kernel->function);
+    /* Above 48 KiB a kernel must opt into dynamic shared memory. Every kernel states
+     * its own (below 48 KiB that changes nothing), so that every load takes one path:
+     * the one the tests fail on purpose (debug.c). */
+    if (result == CUDA_SUCCESS)
+        result = NT_CU_NOTE(what, "(MAX_DYNAMIC_SHARED_SIZE_BYTES)", cuFuncSetAttribute, *function,
+                            CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)kernel->shared);
     if (result != CUDA_SUCCESS) {
         nt_cu.cuModuleUnload(module); /* best effort: the failure above is the one to report */
         atomic_fetch_sub(&nt_modules, 1);

@@ -173,7 +173,7 @@ int nt_read_tensor(nt_state *s, int a, PyObject *object) {
     case 1: return nt_read_tensor(s, a, s->owned[a]);
     }
     nt_tensor *t = &s->request.tensor[a];
-    if (!nt_torch.force_python && !s->python_api) {
+    if (!s->python_api) {
         if (api != NULL && nt_read_dlpack(api, object, t) == 0)
             return 0;
         PyErr_Clear();

@@ -146,7 +146,8 @@ int nt_torch_init(void) {
             goto fail;
     }
     nt_find_internals(module);
-    nt_torch.api = nt_exchange_api((PyTypeObject *)nt_torch.tensor_type);
+    nt_torch.exchange_api = nt_exchange_api((PyTypeObject *)nt_torch.tensor_type);
+    nt_torch.api = nt_torch.exchange_api;
     Py_DECREF(module);
     nt_torch.ready = 1;
     return 0;
@@ -173,6 +174,8 @@ static int nt_overrides_dispatch(PyTypeObject *type) {
     return overrides;
 }
 
+/* A subclass reads through its own exchange API only while torch.Tensor's is the one
+ * readers take (nt_torch.api): every tensor of a call is read one way. */
 const nt_dl_api *nt_api_of(PyTypeObject *type, int *dispatch) {
     for (int t = 0; t < nt_torch.num_api_types; t++)
         if (nt_torch.api_types[t] == type) {
@@ -180,7 +183,7 @@ const nt_dl_api *nt_api_of(PyTypeObject *type, int *dispatch) {
             return nt_torch.apis[t];
         }
     *dispatch = nt_overrides_dispatch(type);
-    const nt_dl_api *api = nt_exchange_api(type);
+    const nt_dl_api *api = nt_torch.api != NULL ? nt_exchange_api(type) : NULL;
     if (nt_torch.num_api_types < NT_API_TYPES) {
         Py_INCREF(type); /* cached by address: the type must outlive the cache */
         nt_torch.api_types[nt_torch.num_api_types] = type;
@@ -190,14 +193,16 @@ const nt_dl_api *nt_api_of(PyTypeObject *type, int *dispatch) {
     return api;
 }
 
-int nt_force_python_api(int force) {
-    int previous = nt_torch.force_python;
-    nt_torch.force_python = force;
-    return previous;
+/* The readers take the exchange API (where torch has one) or, with `use` 0, torch's
+ * Python API: the types' cached APIs follow, looked up again as they come. */
+void nt_use_exchange_api(int use) {
+    nt_torch.api = use ? nt_torch.exchange_api : NULL;
+    while (nt_torch.num_api_types > 0)
+        Py_DECREF(nt_torch.api_types[--nt_torch.num_api_types]);
 }
 
 int nt_current_stream(int device, CUstream *stream) {
-    if (nt_torch.api != NULL && !nt_torch.force_python) {
+    if (nt_torch.api != NULL) {
         void *handle = NULL;
         if (nt_torch.api->current_work_stream(NT_DL_CUDA, device, &handle) != 0)
             return -1;
