@@ -116,6 +116,7 @@ int nt_check_writes(const nt_state *s);
 int nt_allocate_outputs(nt_state *s); /* those the caller left to the launcher */
 int nt_write_back(const nt_state *s);
 int nt_bump_versions(const nt_state *s);
+int nt_increment_versions(PyObject *tensors); /* a tuple of tensors */
 
 /* call.c */
 int nt_warn_ptx(const nt_device *device, const nt_kernel *kernel);

@@ -1,6 +1,8 @@
 /* The module ntops_prebuilt._C: its method table and init, and the entry points that
  * are not a call (call.c) or a test's (debug.c): the wheel's groups, kernels and
- * images, and preloading a device. */
+ * images, preloading a device, and the two facts the Python runtime asks of the
+ * binding rather than knowing them twice (which tensor types override
+ * __torch_dispatch__, how torch moves version counters). */
 #include <string.h>
 
 #include "binding.h"
@@ -84,6 +86,29 @@ static PyObject *nt_py_image(PyObject *self, PyObject *arg) {
                                      (Py_ssize_t)nt_image_sizes[index]);
 }
 
+/* overrides_dispatch(type) -> whether tensor type `type` overrides __torch_dispatch__
+ * (the launcher refuses such tensors: their memory is not their data) */
+static PyObject *nt_py_overrides_dispatch(PyObject *self, PyObject *type) {
+    (void)self;
+    if (!PyType_Check(type))
+        return PyErr_Format(PyExc_TypeError, "overrides_dispatch(type): not a type: %R", type);
+    if (nt_torch_init())
+        return NULL;
+    int dispatch = 0;
+    if (type != nt_torch.tensor_type)
+        nt_api_of((PyTypeObject *)type, &dispatch);
+    return PyBool_FromLong(dispatch);
+}
+
+/* increment_versions(tensors) -> None: the tensors' autograd version counters move, as
+ * a launch that writes them moves them */
+static PyObject *nt_py_increment_versions(PyObject *self, PyObject *tensors) {
+    (void)self;
+    if (nt_torch_init() || nt_increment_versions(tensors))
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef nt_methods[] = {
     {"launch", (PyCFunction)(void (*)(void))nt_py_launch, METH_FASTCALL,
      "launch(group, *args)\n--\n\nLaunch the prebuilt kernel for these arguments."},
@@ -101,6 +126,10 @@ static PyMethodDef nt_methods[] = {
      "_force_python_api(force)\n--\n\nRead tensors through torch's Python API (tests)."},
     {"last_kernel", nt_py_last_kernel, METH_NOARGS,
      "last_kernel()\n--\n\nId of the kernel this thread launched last, or None."},
+    {"overrides_dispatch", nt_py_overrides_dispatch, METH_O,
+     "overrides_dispatch(type)\n--\n\nWhether a tensor type overrides __torch_dispatch__."},
+    {"increment_versions", nt_py_increment_versions, METH_O,
+     "increment_versions(tensors)\n--\n\nMove the version counters of a tuple of tensors."},
     {NULL, NULL, 0, NULL},
 };
 

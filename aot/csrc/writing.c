@@ -81,6 +81,19 @@ int nt_check_writes(const nt_state *s) {
     return 0;
 }
 
+/* torch._C._increment_version of `arg`: a tuple of tensors, or one tensor, as this
+ * torch takes it (nt_torch.increment_takes_tuple). */
+static int nt_increment(PyObject *arg) {
+    PyObject *done =
+        nt_torch.increment_function != NULL
+            ? nt_torch.increment_function(PyCFunction_GetSelf(nt_torch.increment_version), arg)
+            : PyObject_CallFunctionObjArgs(nt_torch.increment_version, arg, NULL);
+    if (done == NULL)
+        return -1;
+    Py_DECREF(done);
+    return 0;
+}
+
 /* After a write into tensors the caller gave: their autograd version counters move,
  * as torch's own in-place ops move them, so a saved tensor's later use notices. */
 int nt_bump_versions(const nt_state *s) {
@@ -91,17 +104,28 @@ int nt_bump_versions(const nt_state *s) {
             nt_torch.increment_version == NULL)
             continue;
         PyObject *outs = nt_torch.increment_takes_tuple ? PyTuple_Pack(1, out) : Py_NewRef(out);
-        PyObject *done = NULL;
-        if (outs != NULL && nt_torch.increment_function != NULL)
-            done =
-                nt_torch.increment_function(PyCFunction_GetSelf(nt_torch.increment_version), outs);
-        else if (outs != NULL)
-            done = PyObject_CallFunctionObjArgs(nt_torch.increment_version, outs, NULL);
+        int failed = outs == NULL || nt_increment(outs);
         Py_XDECREF(outs);
-        if (done == NULL)
+        if (failed)
             return -1;
-        Py_DECREF(done);
     }
+    return 0;
+}
+
+/* The same for the runtime's own writes (the attention's caches, a subclass's op). */
+int nt_increment_versions(PyObject *tensors) {
+    if (!PyTuple_Check(tensors)) {
+        PyErr_Format(PyExc_TypeError, "increment_versions takes a tuple of tensors, not %R",
+                     (PyObject *)Py_TYPE(tensors));
+        return -1;
+    }
+    if (nt_torch.increment_version == NULL)
+        return 0;
+    if (nt_torch.increment_takes_tuple)
+        return nt_increment(tensors);
+    for (Py_ssize_t t = 0; t < PyTuple_Size(tensors); t++)
+        if (nt_increment(PyTuple_GetItem(tensors, t)))
+            return -1;
     return 0;
 }
 
