@@ -67,10 +67,46 @@ def test_the_launchers_includes_go_one_way():
         assert includes[name] <= core, name
     for name in [*DRIVER, *driver]:
         assert includes[name] <= core | driver, name
+    _assert_acyclic(includes, "include")
+
+
+def test_the_launchers_calls_go_one_way(small_build, build_dir, tmp_path):
+    """No call cycles: which file's functions (and tables) each file uses, read from
+    the compiled objects' symbols, is a DAG."""
+    folder = build_dir / "extension" / "all"
+    python = pathlib.Path(sysconfig.get_paths()["include"])
+    include = [f"-I{path}" for path in [python, *package.include_dirs(), folder]]
+    defined, used = {}, {}
+    for source in sorted(folder.glob("*.c")):
+        compiled = tmp_path / f"{source.stem}.o"
+        command = [
+            package.compiler(),
+            "-std=gnu11",
+            "-fPIC",
+            f"-DPy_LIMITED_API={package.LIMITED_API}",
+        ]
+        subprocess.run([*command, *include, "-c", str(source), "-o", str(compiled)], check=True)
+        table = subprocess.run(["nm", str(compiled)], capture_output=True, text=True, check=True)
+        used[source.name] = set()
+        for line in table.stdout.splitlines():
+            kind, name = line.split()[-2:]
+            if kind == "U":
+                used[source.name].add(name)
+            elif kind in "TDBR":
+                defined[name] = source.name
+    calls = {
+        name: {defined[symbol] for symbol in symbols if symbol in defined} - {name}
+        for name, symbols in used.items()
+    }
+    assert "errors.c" in calls["reading.c"]  # the symbols were read: the test can tell
+    _assert_acyclic(calls, "call")
+
+
+def _assert_acyclic(edges, what):
     done: set[str] = set()
-    while len(done) < len(includes):
-        ready = {name for name in includes if name not in done and includes[name] <= done}
-        assert ready, f"an include cycle among {sorted(set(includes) - done)}"
+    while len(done) < len(edges):
+        ready = {name for name in edges if name not in done and edges[name] <= done}
+        assert ready, f"an {what} cycle among {sorted(set(edges) - done)}"
         done |= ready
 
 
