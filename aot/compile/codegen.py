@@ -205,25 +205,6 @@ def _launched(grid: str, config: Config) -> str:
     return grid
 
 
-def parts(tiles: int, slots: int, most: int) -> int:
-    """Split K's parts, as the launcher's `nt_parts` picks them: the fewest (1 to
-    `most`) whose programs fill their last wave over `slots` multiprocessors to 90%
-    or more, else those that fill it most. Memory-bound products (decode sizes) run at
-    the speed of their fullest waves: 192 tiles on 132 multiprocessors leave the second
-    wave 45% full; cut in 2, 384 programs fill 3 waves to 97%."""
-    best, best_fill = 1, -1
-    if tiles <= 0 or slots <= 0:
-        return 1
-    for count in range(1, most + 1):
-        programs = tiles * count
-        fill = programs * 100 // (-(-programs // slots) * slots)
-        if fill >= 90:
-            return count
-        if fill > best_fill:
-            best, best_fill = count, fill
-    return best
-
-
 def _module(source: str, width: int) -> str:
     """The module a kernel compiles from: ninetoothed's source, with 64-bit program ids
     for 64-bit kernels, and `tl` bound for the Triton helpers kernel files write (their

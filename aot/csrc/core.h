@@ -1,12 +1,12 @@
-/* The core of the launcher: one call without Python. The binding (binding.h) reads
- * the call's tensors into an nt_request; the core checks their shapes and says which
- * outputs to allocate (shapes.c), coalesces their dims and finds what the kernels may
- * assume (layout.c), chooses the kernel, packs its parameters and launches it
- * (launch.c). A failed check comes back as an nt_error, which the binding raises. */
+/* The core of the launcher: one call, without CUDA or Python. The binding (binding.h)
+ * reads the call's tensors into an nt_request; the core checks their shapes and says
+ * which outputs to allocate (shapes.c), coalesces their dims and finds what the kernels
+ * may assume (layout.c), and chooses the kernel among the arches a device runs
+ * (select.c); the values of its parameters are nt_value's. The driver (driver.h)
+ * launches it. A failed check comes back as an nt_error, which the binding raises. */
 #ifndef NTOPS_CORE_H
 #define NTOPS_CORE_H
 
-#include "driver.h"
 #include "ntops.h"
 
 /* Offsets must stay clear of int32 overflow for the 32-bit kernels, with room for
@@ -89,13 +89,23 @@ static inline int nt_value(const nt_call *c, const nt_param *p, int64_t *integer
     }
 }
 
-/* launch.c. */
+/* select.c. */
+#define NT_MAX_ARCHES 16
+/* A kernel's arch as nt_arches_for lists it: its capability, with NT_PTX_ARCH set
+ * for PTX, so a cubin and the PTX of one capability are told apart. */
+#define NT_PTX_ARCH 0x8000u
+static inline uint16_t nt_kernel_arch(const nt_kernel *kernel) {
+    return (uint16_t)(kernel->capability | (kernel->ptx ? NT_PTX_ARCH : 0u));
+}
+int nt_arch_runs_on(const nt_kernel *kernel, int capability);
+/* The wheel's arches (nt_kernel_arch) that run on `capability`, best first: cubins,
+ * closest capability first; PTX only when no cubin runs there. Returns how many. */
+int nt_arches_for(int capability, uint16_t *arches);
+/* The multiprocessor count of a flagship part of `capability` (plan mode: no device). */
+int nt_default_multiprocessors(int capability);
 /* The most specialised kernel for the call among `arches` (best first); 0: none. */
 int nt_select(const nt_request *r, const uint16_t *arches, int num_arches, uint32_t *index);
 int nt_set_candidate(int candidate); /* tuning: kernels of this candidate only (-1: any) */
 int64_t nt_next_launch(void);        /* a number no other launch of the process has, from 1 */
-/* Pack the call's parameters and launch `kernel` with the memory it needs. */
-CUresult nt_launch_call(const nt_device *device, const nt_kernel *kernel, CUfunction function,
-                        int64_t grid, CUstream stream, const nt_call *call, const char **what);
 
 #endif

@@ -1,47 +1,7 @@
-/* Kernel choice, parameter packing and the launch, in the core: which prebuilt kernel
- * a shaped call takes (table-driven: the group's kernels, most specialised first), the
- * values of its parameters, and the launch with the memory it needs. */
-#include <stdatomic.h>
-
-#include "core.h"
-
-/* Tuning runs: only kernels built as this candidate of their bucket (-1: any). */
-static _Thread_local int nt_candidate = -1;
-/* Launches so far: each launch's id (NT_LAUNCH parameters) is the next, from 1. */
-static atomic_llong nt_launches;
-
-int nt_set_candidate(int candidate) {
-    int previous = nt_candidate;
-    nt_candidate = candidate;
-    return previous;
-}
-
-int64_t nt_next_launch(void) {
-    return atomic_fetch_add_explicit(&nt_launches, 1, memory_order_relaxed) + 1;
-}
-
-int nt_select(const nt_request *r, const uint16_t *arches, int num_arches, uint32_t *index) {
-    const nt_group *g = r->group;
-    const nt_call *c = &r->call;
-    int64_t key = nt_bucket_key(r, 0), key2 = nt_bucket_key(r, 1);
-    for (int a = 0; a < num_arches; a++)
-        for (uint32_t k = g->first_kernel; k < g->first_kernel + g->num_kernels; k++) {
-            const nt_kernel *kernel = &nt_kernels[k];
-            const nt_props *needs = &kernel->needs;
-            if (nt_kernel_arch(kernel) != arches[a] || kernel->dtype != c->dtype ||
-                (g->coalesce != NT_COALESCE_NONE && kernel->ndim < c->ndim) ||
-                (c->width == 64 && kernel->width != 64) || key < kernel->bucket[0][0] ||
-                key > kernel->bucket[0][1] || key2 < kernel->bucket[1][0] ||
-                key2 > kernel->bucket[1][1] ||
-                (nt_candidate >= 0 && kernel->candidate != nt_candidate) ||
-                (needs->unit & ~c->has.unit) || (needs->size16 & ~c->has.size16) ||
-                (needs->stride16 & ~c->has.stride16) || (needs->aligned & ~c->has.aligned))
-                continue;
-            *index = k;
-            return 1;
-        }
-    return 0;
-}
+/* The launch, in the driver layer: the chosen kernel's parameters packed (their values
+ * are the core's nt_value), the memory it needs allocated and freed around it on the
+ * launch's stream, and the launch itself, in the device's context. */
+#include "cu.h"
 
 typedef union {
     int8_t i1;
@@ -75,6 +35,59 @@ static void nt_pack(const nt_kernel *kernel, const nt_call *c, nt_slot *slots, v
     }
 }
 
+static CUresult nt_launch(const nt_kernel *kernel, CUfunction function, uint32_t grid,
+                          CUstream stream, void **params, const char **what) {
+    if (kernel->num_ctas <= 1)
+        return NT_CU(what, cuLaunchKernel, function, grid, 1, 1, 32u * kernel->num_warps, 1, 1,
+                     kernel->shared, stream, params, NULL);
+    /* Clusters of num_ctas programs, as Triton launches them: the grid counts
+     * clusters, each program of a cluster a block. */
+    if (nt_cu.cuLaunchKernelEx == NULL)
+        return NT_CU_MISSING(what, " (clusters need a CUDA 12 driver)", cuLaunchKernelEx);
+    CUlaunchAttribute attributes[2] = {0};
+    attributes[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attributes[0].value.clusterDim.x = kernel->num_ctas;
+    attributes[0].value.clusterDim.y = 1;
+    attributes[0].value.clusterDim.z = 1;
+    attributes[1].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE;
+    attributes[1].value.clusterSchedulingPolicyPreference = CU_CLUSTER_SCHEDULING_POLICY_SPREAD;
+    CUlaunchConfig config = {0};
+    config.gridDimX = grid * kernel->num_ctas;
+    config.gridDimY = 1;
+    config.gridDimZ = 1;
+    config.blockDimX = 32u * kernel->num_warps;
+    config.blockDimY = 1;
+    config.blockDimZ = 1;
+    config.sharedMemBytes = kernel->shared;
+    config.hStream = stream;
+    config.attrs = attributes;
+    config.numAttrs = 2;
+    return NT_CU_NOTE(what, " (clusters need a CUDA 12 driver)", cuLaunchKernelEx, &config,
+                      function, params, NULL);
+}
+
+/* Memory for one launch (global scratch, workspace), stream-ordered: from the device's
+ * pool, or (while the stream is being captured into a CUDA graph) a graph
+ * allocation. Freed with cuMemFreeAsync after the launch is enqueued. */
+static CUresult nt_scratch_alloc(const nt_device *device, CUstream stream, size_t bytes,
+                                 CUdeviceptr *pointer, const char **what) {
+    if (device->scratch_pool == NULL || nt_cu.cuMemAllocFromPoolAsync == NULL ||
+        nt_cu.cuMemAllocAsync == NULL || nt_cu.cuStreamIsCapturing == NULL)
+        return NT_CU_MISSING(what, " (global scratch needs a CUDA 11.2 driver)",
+                             cuMemAllocFromPoolAsync);
+    CUstreamCaptureStatus capturing;
+    CUresult result = NT_CU(what, cuStreamIsCapturing, stream, &capturing);
+    if (result != CUDA_SUCCESS)
+        return result;
+    if (capturing != CU_STREAM_CAPTURE_STATUS_NONE) {
+        /* In a graph: an allocation node the graph owns, freed by a node after the
+         * kernel's, so replays on any stream never share scratch. */
+        return NT_CU_NOTE(what, " (while capturing a CUDA graph)", cuMemAllocAsync, pointer, bytes,
+                          stream);
+    }
+    return NT_CU(what, cuMemAllocFromPoolAsync, pointer, bytes, device->scratch_pool, stream);
+}
+
 /* Launch, with the memory the kernel needs allocated before and freed after, both
  * ordered on the launch's stream: its workspace (grid x its per-program bytes, the
  * first grid x zeroed bytes zeroed) and its global scratch (likewise, for Triton). */
@@ -92,7 +105,9 @@ static CUresult nt_launch_with_memory(const nt_device *device, const nt_kernel *
         return result;
     CUdeviceptr first = (base + 127) / 128 * 128; /* pool blocks are aligned; be sure */
     if (kernel->workspace_zeroed)
-        result = nt_scratch_zero(first, programs * kernel->workspace_zeroed, stream, what);
+        result = nt_cu.cuMemsetD8Async == NULL ? NT_CU_MISSING(what, "", cuMemsetD8Async)
+                                               : NT_CU(what, cuMemsetD8Async, first, 0,
+                                                       programs * kernel->workspace_zeroed, stream);
     for (int n = 0; n < kernel->num_params; n++)
         if (kernel->params[n].kind == NT_WORKSPACE)
             slots[n].pointer = first;
@@ -103,7 +118,7 @@ static CUresult nt_launch_with_memory(const nt_device *device, const nt_kernel *
     if (result == CUDA_SUCCESS)
         result = nt_launch(kernel, function, (uint32_t)grid, stream, params, what);
     const char *free_what = "";
-    CUresult freed = nt_scratch_free(base, stream, &free_what);
+    CUresult freed = NT_CU(&free_what, cuMemFreeAsync, base, stream);
     if (result == CUDA_SUCCESS && freed != CUDA_SUCCESS) {
         *what = free_what;
         result = freed;

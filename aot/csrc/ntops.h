@@ -132,7 +132,7 @@ typedef struct {
 extern const nt_dtype nt_dtypes[];
 extern const uint32_t nt_num_dtypes;
 
-/* The flagship part of each arch the toolchain knows (aot/targets.py): plans are made
+/* The flagship part of each arch the toolchain knows (aot/toolchain/targets.py): plans are made
  * for its multiprocessor count, since they have no device to ask. */
 typedef struct {
     uint16_t capability;

@@ -1,7 +1,6 @@
 """Checks the runtime functions share, and the scalar rules of torch's type promotion
 they follow or refuse."""
 
-import functools
 
 import torch
 
@@ -31,7 +30,7 @@ def tensor(op, name, value):
     if type(value) is not torch.Tensor:
         if not isinstance(value, torch.Tensor):
             raise TypeError(f"{op}: {name} must be a torch.Tensor, not {type(value).__name__}")
-        if _dispatches(type(value)):
+        if _C.overrides_dispatch(type(value)):
             raise _C.SubclassError(
                 f"{op}: {name} is a {type(value).__name__}, a tensor subclass that overrides "
                 "__torch_dispatch__ (a FakeTensor while torch.compile or torch.export traces, "
@@ -40,19 +39,6 @@ def tensor(op, name, value):
                 "torch.library op"
             )
     return value
-
-
-def _function(method):
-    return getattr(method, "__func__", method)
-
-
-_PLAIN_DISPATCH = _function(torch.Tensor.__torch_dispatch__)
-
-
-@functools.cache
-def _dispatches(cls):
-    """Whether tensor type `cls` overrides torch.Tensor's __torch_dispatch__."""
-    return _function(getattr(cls, "__torch_dispatch__", _PLAIN_DISPATCH)) is not _PLAIN_DISPATCH
 
 
 def dim(op, value, ndim):

@@ -28,7 +28,7 @@ import inspect
 
 import torch
 
-from . import _ops
+from . import _C, _ops
 from ._C import SubclassError
 
 NAMESPACE = "ntops_prebuilt"
@@ -116,18 +116,9 @@ def _op(name):
     return getattr(torch.ops.ntops_prebuilt, name)
 
 
-def _version_bumper():
-    """torch._C._increment_version as a function of a tuple of tensors: torch 2.11 takes
-    only an iterable, 2.4 only a tensor, 2.15 either; asked once, of a scratch tensor."""
-    increment = torch._C._increment_version
-    try:
-        increment((torch.empty(0),))
-    except (RuntimeError, TypeError):
-        return lambda tensors: [increment(tensor) for tensor in tensors]
-    return increment
-
-
-increment_versions = _version_bumper()
+# torch._C._increment_version as a function of a tuple of tensors, from the launcher
+# (which asks which argument this torch's takes, and moves a launch's outputs with it).
+increment_versions = _C.increment_versions
 
 
 def _written(nothing, tensor):

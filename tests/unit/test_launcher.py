@@ -7,6 +7,7 @@ import torch
 
 from ntops_aot.aot import config
 from tests.subclasses import Wrapper
+from tests.unit.test_render import parts
 
 H = torch.float16
 
@@ -272,14 +273,14 @@ def test_split_grids_fill_the_last_wave():
     from ntops_aot.aot.declare.space import Config
 
     grid = codegen._launched("tiles", Config({}, 4, 4, split=4))
-    names = {"multiprocessors": 132, "parts": codegen.parts}
+    names = {"multiprocessors": 132, "parts": parts}
     # 96 tiles: one wave 73% full, 384 programs fill 3 waves to 97%; 200 tiles: 2
     # waves 76% full, in 3 parts 5 waves 91% full; 20 tiles: never 90%, 4 parts fill most.
     for tiles, programs in ((20, 80), (40, 120), (64, 128), (96, 384), (200, 600), (132, 132)):
         assert eval(grid, names | {"tiles": tiles}) == programs
     for tiles in range(1, 600):
         for most in (1, 2, 4, 8):
-            chosen = codegen.parts(tiles, 132, most)
+            chosen = parts(tiles, 132, most)
             fills = [tiles * p / (-(-tiles * p // 132) * 132) for p in range(1, most + 1)]
             full = [p for p, fill in enumerate(fills, 1) if fill >= 0.9]
             assert chosen == (full[0] if full else fills.index(max(fills)) + 1)

@@ -1,6 +1,7 @@
 """Stage 4: the launcher's C, hand-written and rendered, compiled with warnings as errors."""
 
 import pathlib
+import re
 import subprocess
 import sysconfig
 import types
@@ -15,9 +16,12 @@ from ntops_aot.aot.package import cexpr, render
 from ntops_aot.aot.package import wheel as package
 
 STRICT = ("-Wall", "-Wextra", "-Werror", "-Wshadow", "-Wstrict-prototypes", "-Wmissing-prototypes")
-# The launcher's core: the kernel tables, shapes, kernel choice and packing, the driver.
-# Only the binding (module.c, tensors.c) sees CPython.
-CORE = ("kernels.c", "shapes.c", "layout.c", "launch.c", "driver.c")
+# The launcher's layers, each seeing less than the one above: the core (the kernel tables,
+# shapes, layout, kernel choice) sees neither CUDA nor CPython; the driver layer sees
+# CUDA only; the binding (every other file) is all that sees CPython.
+CORE = ("kernels.c", "shapes.c", "layout.c", "select.c")
+DRIVER = ("driver.c", "devices.c", "functions.c", "launch.c")
+HEADERS = {"core": {"ntops.h", "generated.h", "grid.h", "core.h"}, "driver": {"driver.h", "cu.h"}}
 
 
 def test_generated_c_compiles_with_warnings_as_errors(small_build, build_dir, tmp_path):
@@ -31,18 +35,82 @@ def test_generated_c_compiles_with_warnings_as_errors(small_build, build_dir, tm
     assert output.stat().st_size > 0
 
 
-def test_the_core_compiles_without_python(small_build, build_dir, tmp_path):
+def test_the_core_compiles_without_python_or_cuda(small_build, build_dir, tmp_path):
     folder = build_dir / "extension" / "all"
     python = pathlib.Path(sysconfig.get_paths()["include"])
-    include = [f"-I{path}" for path in [*package.include_dirs(), folder] if path != python]
+    cuda = [f"-I{path}" for path in package.include_dirs() if path != python]
 
-    def compiles(name):
-        command = [package.compiler(), "-std=gnu11", *STRICT, *include, "-c", str(folder / name)]
-        run = subprocess.run([*command, "-o", str(tmp_path / f"{name}.o")], capture_output=True)
+    def compiles(name, include):
+        command = [package.compiler(), "-std=gnu11", *STRICT, *include, f"-I{folder}", "-c"]
+        run = subprocess.run(
+            [*command, str(folder / name), "-o", str(tmp_path / f"{name}.o")], capture_output=True
+        )
         return run.returncode == 0
 
-    assert all(compiles(name) for name in CORE)
-    assert not compiles("module.c")  # the binding needs Python.h: the test can tell
+    assert all(compiles(name, []) for name in CORE)
+    assert all(compiles(name, cuda) for name in DRIVER)
+    assert not compiles("launch.c", [])  # the driver needs cuda.h: the test can tell
+    assert not compiles("module.c", cuda)  # the binding needs Python.h
+
+
+def test_the_launchers_includes_go_one_way():
+    """No include cycles: the core includes only the core's headers, the driver layer
+    no binding header; and the includes of every file form a DAG."""
+    templates = pathlib.Path(render.__file__).parent / "templates"
+    sources = {
+        **render.launcher_sources(),
+        **{name: (templates / f"{name}.j2").read_text() for name in render.TEMPLATES},
+    }
+    includes = {
+        name: set(re.findall(r'^#include "([^"]+)"', text, re.MULTILINE))
+        for name, text in sources.items()
+    }
+    core, driver = HEADERS["core"], HEADERS["driver"]
+    for name in [*CORE, *core]:
+        assert includes[name] <= core, name
+    for name in [*DRIVER, *driver]:
+        assert includes[name] <= core | driver, name
+    _assert_acyclic(includes, "include")
+
+
+def test_the_launchers_calls_go_one_way(small_build, build_dir, tmp_path):
+    """No call cycles: which file's functions (and tables) each file uses, read from
+    the compiled objects' symbols, is a DAG."""
+    folder = build_dir / "extension" / "all"
+    python = pathlib.Path(sysconfig.get_paths()["include"])
+    include = [f"-I{path}" for path in [python, *package.include_dirs(), folder]]
+    defined, used = {}, {}
+    for source in sorted(folder.glob("*.c")):
+        compiled = tmp_path / f"{source.stem}.o"
+        command = [
+            package.compiler(),
+            "-std=gnu11",
+            "-fPIC",
+            f"-DPy_LIMITED_API={package.LIMITED_API}",
+        ]
+        subprocess.run([*command, *include, "-c", str(source), "-o", str(compiled)], check=True)
+        table = subprocess.run(["nm", str(compiled)], capture_output=True, text=True, check=True)
+        used[source.name] = set()
+        for line in table.stdout.splitlines():
+            kind, name = line.split()[-2:]
+            if kind == "U":
+                used[source.name].add(name)
+            elif kind in "TDBR":
+                defined[name] = source.name
+    calls = {
+        name: {defined[symbol] for symbol in symbols if symbol in defined} - {name}
+        for name, symbols in used.items()
+    }
+    assert "errors.c" in calls["reading.c"]  # the symbols were read: the test can tell
+    _assert_acyclic(calls, "call")
+
+
+def _assert_acyclic(edges, what):
+    done: set[str] = set()
+    while len(done) < len(edges):
+        ready = {name for name in edges if name not in done and edges[name] <= done}
+        assert ready, f"an {what} cycle among {sorted(set(edges) - done)}"
+        done |= ready
 
 
 def test_generated_sources_say_so_and_hand_written_ones_are_plain_c(small_build, build_dir):
@@ -108,14 +176,32 @@ def test_grid_arithmetic_matches_python(small_build, build_dir, tmp_path):
     assert [tuple(map(int, line.split())) for line in lines] == [(a // b, a % b) for a, b in pairs]
 
 
-def test_split_parts_match_python(small_build, build_dir, tmp_path):
-    """The launcher's nt_parts, as compiled, picks the parts codegen.parts does."""
+def parts(tiles, slots, most):
+    """Split K's parts as the launcher's nt_parts (csrc/grid.h, the rule's home) picks
+    them, stated again here as the tests' oracle: the fewest (1 to `most`) whose
+    programs fill their last wave over `slots` multiprocessors to 90% or more (in whole
+    percent), else the first of those that fill it most."""
+    best, best_fill = 1, -1
+    if tiles <= 0 or slots <= 0:
+        return 1
+    for count in range(1, most + 1):
+        programs = tiles * count
+        fill = programs * 100 // (-(-programs // slots) * slots)
+        if fill >= 90:
+            return count
+        if fill > best_fill:
+            best, best_fill = count, fill
+    return best
+
+
+def test_split_parts_match_the_rule(small_build, build_dir, tmp_path):
+    """The launcher's nt_parts, as compiled, picks the parts the rule says."""
     cases = [(t, s, m) for t in range(0, 700, 7) for s in (66, 78, 114, 132) for m in (1, 4, 8)]
     calls = "".join(
         f'    printf("%lld\\n", (long long)nt_parts({t}LL, {s}LL, {m}LL));\n' for t, s, m in cases
     )
     lines = _run_harness(build_dir, tmp_path, calls)
-    assert [int(line) for line in lines] == [codegen.parts(*case) for case in cases]
+    assert [int(line) for line in lines] == [parts(*case) for case in cases]
 
 
 def _group(coalesce, *args, switches=()):
