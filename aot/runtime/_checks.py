@@ -1,7 +1,6 @@
 """Checks the runtime functions share, and the scalar rules of torch's type promotion
 they follow or refuse."""
 
-
 import torch
 
 from . import _C, _ops

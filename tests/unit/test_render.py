@@ -9,7 +9,6 @@ import types
 import jinja2
 import pytest
 
-from ntops_aot.aot.compile import codegen
 from ntops_aot.aot.declare.arguments import Arg
 from ntops_aot.aot.errors import UnsupportedKernel
 from ntops_aot.aot.package import cexpr, render
