@@ -14,20 +14,13 @@ from torch._subclasses.fake_tensor import FakeTensor
 from tests.gpu.fuzz_inputs import materialize
 from tests.gpu.fuzz_ops import SPECS
 from tests.subclasses import Wrapper
+from tests.tolerances import bounds
 
 MATCH, MISMATCH, BOTH_RAISE, REFUSED, CRASH, ERROR = (
     "match", "mismatch", "both-raise", "refused", "crash", "error",
 )  # fmt: skip
 OUTCOMES = (MATCH, MISMATCH, BOTH_RAISE, REFUSED, CRASH, ERROR)
 FAILURES = (MISMATCH, CRASH, ERROR)
-# rtol, atol per dtype: tests/gpu/test_semantics.py's (products and attention add a bound
-# of their own: fuzz_ops.Spec.atol).
-TOL = {
-    torch.float16: (2e-3, 2e-3),
-    torch.bfloat16: (1.6e-2, 1e-2),
-    torch.float32: (2e-5, 2e-5),
-    torch.float64: (1e-12, 1e-15),
-}
 # What a refusal may raise; anything else (KeyError, AttributeError, ...) is a bug.
 REFUSALS = (RuntimeError, TypeError, ValueError, IndexError, NotImplementedError)
 
@@ -204,16 +197,26 @@ def _close_problems(case, spec, theirs, ours, args, kwargs):
     if any(isinstance(tensor, FakeTensor) for tensor in theirs.tensors):
         return _meta_problems("the result", ours.result, want)  # values are not computed
     if spec.atol is not None and isinstance(want, torch.Tensor):
-        rtol, atol = TOL.get(want.dtype, (0, 0))[0], spec.atol(args, kwargs, case.precision)
+        rtol, atol = _bounds(case, spec, want)[0], spec.atol(args, kwargs, case.precision)
     else:
-        rtol, atol = TOL.get(getattr(want, "dtype", None), (0, 0))
+        rtol, atol = _bounds(case, spec, want)
     problems = differences("the result", ours.result, want, rtol, atol)
     for position, (got, expected) in enumerate(zip(ours.tensors, theirs.tensors, strict=True)):
         if expected is not want:  # the written out= was compared as the result
-            rtol, atol = TOL.get(expected.dtype, (0, 0))
+            rtol, atol = _bounds(case, spec, expected)
             name = f"argument {position} after the call"
             problems += differences(name, got, expected, rtol, atol)
     return problems
+
+
+def _bounds(case, spec, want):
+    """(rtol, atol) for `want`, torch's tensor (or what it returned), as
+    tests/tolerances.py has them: the op's declared ones for the case's dtype, else
+    the table's for `want`'s dtype (products and attention add a bound of their own:
+    fuzz_ops.Spec.atol)."""
+    if not isinstance(want, torch.Tensor):
+        return (0.0, 0.0)
+    return bounds(case.dtype, spec.tolerance, result=want.dtype)
 
 
 def _identity_problems(theirs, ours):
@@ -281,7 +284,7 @@ def _dropout_problems(case, spec, theirs, ours, args, kwargs):
         return problems
     if not training or p == 0:
         return differences("the result", got, x, 0, 0)
-    rtol, atol = TOL.get(x.dtype, (0, 0))
+    rtol, atol = bounds(x.dtype)
     scaled = (x.float() * (0.0 if p == 1 else 1 / (1 - p))).to(x.dtype).double()
     g = got.double()
     kept = (g - scaled).abs() <= atol + rtol * scaled.abs()

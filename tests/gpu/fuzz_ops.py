@@ -12,7 +12,7 @@ import enum
 import importlib
 import math
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +22,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from tests.gpu.fuzz_draw import Draw
 from tests.gpu.fuzz_inputs import BOOL, DTYPES, FLOATS, INTEGERS
 from tests.gpu.layouts import BY_NAME
+from tests.tolerances import bounds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,8 +30,8 @@ class Spec:
     """`draw(d, op)` returns (args, kwargs); `reference` is torch's answer; `dtypes`
     what the op's kernel is built for (`kernel`'s, for ops that route to another's);
     `atol(args, kwargs, precision)` an elementwise error bound for products and
-    attention (default: per-dtype tolerances); `check` "close" or "dropout"; `names`
-    the op names a refusal may give."""
+    attention (default: tests/tolerances.py's, with the op's declared `tolerance`);
+    `check` "close" or "dropout"; `names` the op names a refusal may give."""
 
     draw: Callable
     reference: Callable
@@ -39,6 +40,7 @@ class Spec:
     atol: Callable | None = None
     check: str = "close"
     names: tuple = ()
+    tolerance: Mapping = dataclasses.field(default_factory=dict)
 
 
 # ---- element-wise -----------------------------------------------------------------
@@ -236,7 +238,7 @@ def _layer_norm_atol(args, kwargs, precision):
     ~100.0 with eps 0.1 came out as +-2.4e-5 in torch, 0 here). The bound is the
     per-dtype one, or 4 ulps of fp32 of that, times the largest weight."""
     x, normalized, weight = args[0], args[1], (args[2] if len(args) > 2 else None)
-    floor = {torch.float16: 2e-3, torch.bfloat16: 1e-2}.get(x.dtype, 2e-5)
+    floor = bounds(x.dtype)[1]
     if x.numel() == 0:
         return floor
     rows = torch.nan_to_num(x.double().flatten(-len(normalized)), nan=0.0, posinf=0.0, neginf=0.0)
@@ -485,7 +487,8 @@ def _rope_atol(args, kwargs, precision):
         return torch.nan_to_num(t.abs().double(), nan=0.0, posinf=0.0).amax()
 
     largest = finite(x) * max(finite(t) for t in tables)
-    return {torch.float16: 2e-3, torch.bfloat16: 1e-2}.get(x.dtype, 4 * 2**-24) * largest
+    per_unit = 4 * 2**-24 if x.dtype == torch.float32 else bounds(x.dtype)[1]
+    return per_unit * largest
 
 
 def rotary_position_embedding(input, sin_table, cos_table, interleaved=True, inplace=False):
@@ -544,7 +547,9 @@ FLOAT_UNARY = ("abs", "neg", "exp", "rsqrt", "sin", "cos", "sigmoid", "tanh")
 ORDERED = FLOATS + INTEGERS + BOOL
 BITS = INTEGERS + BOOL
 
-SPECS = {
+# The hand-written specs: every composite op's (a unit test fails for one without),
+# and the ordinary ops' whose calls a declaration cannot draw (scalars, forms).
+HAND = {
     **{op: Spec(_unary, getattr(torch, op), FLOATS) for op in FLOAT_UNARY},
     "bitwise_not": Spec(_unary, torch.bitwise_not, BITS),
     "isnan": Spec(_predicate, torch.isnan, FLOATS),
@@ -622,22 +627,33 @@ def _reference(dotted):
     return getattr(importlib.import_module(module), name)
 
 
+def declared_specs(apis: Iterable[Mapping], dtypes: Mapping[str, Iterable[str]]) -> dict:
+    """The spec of every function of `apis` (the declarations, as `_ops.APIS` has them)
+    that has one: its hand spec with its declared tolerance, else, for an ordinary op,
+    one drawn from its declaration (`_declared`) in `dtypes[op]` (manifest names)."""
+    found = {}
+    for api in apis:
+        name = api["name"]
+        if name in HAND:
+            found[name] = dataclasses.replace(HAND[name], tolerance=api["tolerance"])
+        elif api["wrapper"] is None:
+            built = tuple(BY_NAME[short] for short in dtypes[api["op"]])
+            found[name] = dataclasses.replace(_declared(api, built), tolerance=api["tolerance"])
+    return found
+
+
 def _from_the_wheel():
-    """Specs of the installed wheel's ordinary ops that have none above."""
+    """The installed wheel's specs (`declared_specs` of its declarations)."""
     try:
         import ntops_prebuilt
         from ntops_prebuilt import _ops
     except ImportError:
         return {}
     built = ntops_prebuilt.manifest()["ops"]
-    return {
-        api["name"]: _declared(api, tuple(BY_NAME[d] for d in built[api["op"]]["dtypes"]))
-        for api in _ops.APIS
-        if api["wrapper"] is None and api["name"] not in SPECS
-    }
+    return declared_specs(_ops.APIS, {op: info["dtypes"] for op, info in built.items()})
 
 
-SPECS.update(_from_the_wheel())
+SPECS = {**HAND, **_from_the_wheel()}
 REFERENCE = types.SimpleNamespace(**{op: spec.reference for op, spec in SPECS.items()})
 
 

@@ -8,14 +8,9 @@ import torch
 
 from tests.gpu.layouts import BY_NAME as DTYPES
 from tests.gpu.layouts import Spec, assert_kernel, strided, values
+from tests.tolerances import tolerance
 
 F = torch.nn.functional
-TOLERANCES = {
-    torch.float16: {"rtol": 2e-3, "atol": 2e-3},
-    torch.bfloat16: {"rtol": 1.6e-2, "atol": 1e-2},
-    torch.float32: {"rtol": 2e-5, "atol": 2e-5},
-    torch.float64: {"rtol": 1e-12, "atol": 1e-15},
-}
 SHAPES = {"aligned": (3, 5, 2, 48), "odd": (3, 5, 2, 37)}
 # Composite ops (hand-written runtime wrappers) are laid out by the recipes below; an
 # ordinary op by its declaration (_ops.APIS): its kernel's parameters, switches and
@@ -33,6 +28,13 @@ def _ordinary():
 
 
 ORDINARY = _ordinary()
+
+
+def _declared_tolerance(op):
+    """The tolerance op `op`'s own function declares (its kernel file's first API)."""
+    from ntops_prebuilt import _ops
+
+    return next(api["tolerance"] for api in _ops.APIS if api["op"] == op)
 
 
 def _kernels():
@@ -347,10 +349,8 @@ def test_kernel(nt, variant, kernel):
         result, reference = _element_wise(nt, variant, parsed, dtype)
     assert_kernel(nt, kernel["id"])
     if reference.dtype.is_floating_point:
-        tolerance = TOLERANCES[reference.dtype]
-        if op == "scaled_dot_product_attention" and dtype != torch.float32:
-            tolerance = {"rtol": 1e-2, "atol": 1e-2}
-        torch.testing.assert_close(result, reference, equal_nan=True, **tolerance)
+        within = tolerance(dtype, _declared_tolerance(op), result=reference.dtype)
+        torch.testing.assert_close(result, reference, equal_nan=True, **within)
     else:
         assert torch.equal(result, reference)
     if parsed.width == 64:

@@ -7,15 +7,11 @@ import pytest
 import torch
 
 from tests.gpu.layouts import values
+from tests.tolerances import of, tolerance
 
 F = torch.nn.functional
 FLOATS = [torch.float16, torch.bfloat16, torch.float32]
 INTEGERS = [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8]
-TOL = {
-    torch.float16: {"rtol": 2e-3, "atol": 2e-3},
-    torch.bfloat16: {"rtol": 1.6e-2, "atol": 1e-2},
-    torch.float32: {"rtol": 2e-5, "atol": 2e-5},
-}
 ODD = (6, 42, 123)
 
 
@@ -25,7 +21,7 @@ def views(x):
 
 
 def close(got, want, dtype=None):
-    torch.testing.assert_close(got, want, equal_nan=True, **TOL[dtype or want.dtype])
+    torch.testing.assert_close(got, want, equal_nan=True, **tolerance(dtype or want.dtype))
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -365,13 +361,11 @@ def sdpa_reference(q, k, v, mask=None, causal=False, lower_right=False, scale=No
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("head_dim", [32, 64, 96, 128, 256])
 def test_attention(nt, dtype, head_dim):
-    tolerance = (
-        {"rtol": 1e-2, "atol": 1e-2} if dtype != torch.float32 else {"rtol": 1e-4, "atol": 1e-4}
-    )
+    within = of("scaled_dot_product_attention", dtype)
     sdpa = nt.scaled_dot_product_attention
 
     def check(result, expected):
-        torch.testing.assert_close(result, expected.to(dtype), **tolerance)
+        torch.testing.assert_close(result, expected.to(dtype), **within)
 
     q = values((2, 8, 77, head_dim), dtype)
     k, v = values((2, 2, 130, head_dim), dtype), values((2, 2, 130, head_dim), dtype)
@@ -424,9 +418,7 @@ def test_attention_decode(nt, dtype, batch, heads_q, heads_kv, seq_q, seq_kv, he
     """Up to 16 queries against 1 to 32768 keys, batch 1 to 64, head dims 64 to 256 (the
     decode bucket: keys split across programs), the query a transposed view as models
     pass it; causal (the queries the last of the keys), bool and float masks."""
-    tolerance = (
-        {"rtol": 1e-2, "atol": 1e-2} if dtype != torch.float32 else {"rtol": 1e-4, "atol": 1e-4}
-    )
+    within = of("scaled_dot_product_attention", dtype)
     q = values((batch, seq_q, heads_q, head_dim), dtype).transpose(1, 2)
     k, v = (
         values((batch, heads_kv, seq_kv, head_dim), dtype),
@@ -434,21 +426,21 @@ def test_attention_decode(nt, dtype, batch, heads_q, heads_kv, seq_q, seq_kv, he
     )
     sdpa = nt.scaled_dot_product_attention
     got = sdpa(q, k, v, enable_gqa=True)
-    torch.testing.assert_close(got, sdpa_reference(q, k, v).to(dtype), **tolerance)
+    torch.testing.assert_close(got, sdpa_reference(q, k, v).to(dtype), **within)
     if seq_q <= seq_kv:
         lower = nt.CausalVariant.LOWER_RIGHT
         got = sdpa(q, k, v, is_causal=True, enable_gqa=True, causal_variant=lower)
         expected = sdpa_reference(q, k, v, causal=True, lower_right=True)
-        torch.testing.assert_close(got, expected.to(dtype), **tolerance)
+        torch.testing.assert_close(got, expected.to(dtype), **within)
     keep = torch.rand(batch, 1, seq_q, seq_kv, device="cuda") > 0.5
     keep[..., -1] = True
     got = sdpa(q, k, v, keep, enable_gqa=True)
     expected = sdpa_reference(q, k, v, keep.expand(batch, heads_q, seq_q, seq_kv))
-    torch.testing.assert_close(got, expected.to(dtype), **tolerance)
+    torch.testing.assert_close(got, expected.to(dtype), **within)
     bias = values((heads_q, 1, seq_kv), dtype)
     got = sdpa(q, k, v, bias, enable_gqa=True)
     expected = sdpa_reference(q, k, v, bias.expand(batch, heads_q, seq_q, seq_kv))
-    torch.testing.assert_close(got, expected.to(dtype), **tolerance)
+    torch.testing.assert_close(got, expected.to(dtype), **within)
 
 
 def test_attention_fully_masked_rows_give_zero(nt):
@@ -459,7 +451,8 @@ def test_attention_fully_masked_rows_give_zero(nt):
     got = nt.scaled_dot_product_attention(q, k, v, keep, enable_gqa=True)
     assert torch.equal(got[:, :, 1], torch.zeros_like(got[:, :, 1]))
     expected = sdpa_reference(q[:, :, ::2], k, v, keep[:, :, ::2]).half()
-    torch.testing.assert_close(got[:, :, ::2], expected, rtol=1e-2, atol=1e-2)
+    within = of("scaled_dot_product_attention", torch.float16)
+    torch.testing.assert_close(got[:, :, ::2], expected, **within)
 
 
 @pytest.mark.parametrize("batch", [1, 2])
@@ -492,18 +485,20 @@ def test_attention_kv_cache(nt, batch, seq_q, causal):
     def expected():
         return sdpa_reference(q, visible_k, visible_v, causal=causal, lower_right=True)
 
+    within = of("scaled_dot_product_attention", dtype)
+
     slots = cache_k[:, :, position:end], cache_v[:, :, position:end]
     fused = nt._attention._present(visible_k, visible_v, new_k, new_v, *slots)
     assert fused[2] == seq_q, "the kernel writes the entries: no copies"
     out = step(*slots)
     assert torch.equal(cache_k[:, :, position:end], new_k)
     assert torch.equal(cache_v[:, :, position:end], new_v)
-    torch.testing.assert_close(out, expected().to(dtype), rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(out, expected().to(dtype), **within)
     # A slot that is not the attended tail: copied before the launch.
     cache_k[:, :, :end] = 0
     out = step(cache_k[:, :, :seq_q], cache_v[:, :, :seq_q])
     assert torch.equal(cache_k[:, :, :seq_q], new_k)
-    torch.testing.assert_close(out, expected().to(dtype), rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(out, expected().to(dtype), **within)
     # Refused before anything is written.
     before = cache_k.clone()
     with pytest.raises(ValueError, match="broadcast"):

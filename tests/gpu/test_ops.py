@@ -11,13 +11,8 @@ import torch
 
 from tests.gpu.layouts import BY_NAME as DTYPES
 from tests.gpu.layouts import values
+from tests.tolerances import tolerance
 
-TOLERANCES = {
-    torch.float16: (2e-3, 2e-3),
-    torch.bfloat16: (1.6e-2, 1e-2),
-    torch.float32: (2e-5, 2e-5),
-    torch.float64: (1e-12, 1e-15),
-}
 LAYOUTS = ("contiguous", "strided")
 REFUSALS = (RuntimeError, TypeError, ValueError, NotImplementedError, IndexError)
 
@@ -109,14 +104,10 @@ def _assert_matches(result, expected, api, dtype):
     assert result.dtype == expected.dtype
     assert result.shape == expected.shape
     if expected.dtype.is_floating_point:
-        rtol, atol = api["tolerance"].get(_short(dtype)) or TOLERANCES[expected.dtype]
-        torch.testing.assert_close(result, expected, rtol=rtol, atol=atol, equal_nan=True)
+        within = tolerance(dtype, api["tolerance"], result=expected.dtype)
+        torch.testing.assert_close(result, expected, equal_nan=True, **within)
     else:
         assert torch.equal(result, expected)
-
-
-def _short(dtype):
-    return next(short for short, value in DTYPES.items() if value == dtype)
 
 
 def test_sample(nt, api, index, dtype, layout):

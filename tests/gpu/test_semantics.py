@@ -4,12 +4,9 @@ every switch, and the errors bad input must get."""
 import pytest
 import torch
 
+from tests.tolerances import tolerance
+
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
-TOL = {
-    torch.float16: {"rtol": 2e-3, "atol": 2e-3},
-    torch.bfloat16: {"rtol": 1.6e-2, "atol": 1e-2},
-    torch.float32: {"rtol": 2e-5, "atol": 2e-5},
-}
 ODD = (6, 42, 123)
 
 
@@ -26,12 +23,13 @@ def test_elementwise_odd_shapes_and_views(nt, dtype):
         (x[:, ::2, 1:], y[:, ::2, 1:]),  # strided and unaligned
         (x.permute(1, 2, 0), y.transpose(0, 1).transpose(1, 2)),
     ]
+    within = tolerance(dtype)
     for a, b in views:
-        torch.testing.assert_close(nt.add(a, b, alpha=2), torch.add(a, b, alpha=2), **TOL[dtype])
-        torch.testing.assert_close(nt.mul(a, b), a * b, **TOL[dtype])
+        torch.testing.assert_close(nt.add(a, b, alpha=2), torch.add(a, b, alpha=2), **within)
+        torch.testing.assert_close(nt.mul(a, b), a * b, **within)
         for approximate in ("none", "tanh"):
             expected = torch.nn.functional.gelu(a, approximate=approximate)
-            torch.testing.assert_close(nt.gelu(a, approximate=approximate), expected, **TOL[dtype])
+            torch.testing.assert_close(nt.gelu(a, approximate=approximate), expected, **within)
 
 
 def test_dense_views_merge_to_one_dim(nt):
@@ -48,11 +46,11 @@ def test_broadcasting(nt, dtype):
         randn(42, 1, dtype=dtype),
         randn(6, 1, 123, dtype=dtype),
     ):
-        torch.testing.assert_close(nt.add(x, other), x + other, **TOL[dtype])
-        torch.testing.assert_close(nt.mul(other, x), other * x, **TOL[dtype])
+        torch.testing.assert_close(nt.add(x, other), x + other, **tolerance(dtype))
+        torch.testing.assert_close(nt.mul(other, x), other * x, **tolerance(dtype))
     column, row = randn(7, 1, dtype=dtype), randn(1, 5, dtype=dtype)
     torch.testing.assert_close(
-        nt.add(column, row, alpha=-1.5), torch.add(column, row, alpha=-1.5), **TOL[dtype]
+        nt.add(column, row, alpha=-1.5), torch.add(column, row, alpha=-1.5), **tolerance(dtype)
     )
 
 
@@ -87,12 +85,13 @@ def test_empty_and_one_element(nt):
 def test_softmax(nt, dtype):
     x = randn(*ODD, dtype=dtype)
     for dim in (0, 1, 2, -1, -3):
-        torch.testing.assert_close(nt.softmax(x, dim), torch.softmax(x, dim), **TOL[dtype])
+        torch.testing.assert_close(nt.softmax(x, dim), torch.softmax(x, dim), **tolerance(dtype))
     torch.testing.assert_close(
-        nt.softmax(x[:, 3:, ::2], -1), torch.softmax(x[:, 3:, ::2], -1), **TOL[dtype]
+        nt.softmax(x[:, 3:, ::2], -1), torch.softmax(x[:, 3:, ::2], -1), **tolerance(dtype)
     )
     long_rows = randn(3, 5000, dtype=dtype)  # several tiles per row
-    torch.testing.assert_close(nt.softmax(long_rows, 1), torch.softmax(long_rows, 1), **TOL[dtype])
+    within = tolerance(dtype)
+    torch.testing.assert_close(nt.softmax(long_rows, 1), torch.softmax(long_rows, 1), **within)
     scalar = randn(dtype=dtype)
     torch.testing.assert_close(nt.softmax(scalar, 0), torch.softmax(scalar, 0))
 
@@ -105,7 +104,7 @@ def test_softmax_dtype_argument(nt):
     masked = x.clone()
     masked[:, :, :60] = float("-inf")
     torch.testing.assert_close(
-        nt.softmax(masked, -1), torch.softmax(masked, -1), **TOL[torch.float16]
+        nt.softmax(masked, -1), torch.softmax(masked, -1), **tolerance(torch.float16)
     )
 
 
@@ -120,28 +119,28 @@ def test_rms_norm(nt, dtype):
         return f(input.float(), shape, w, eps).to(dtype)
 
     torch.testing.assert_close(
-        nt.rms_norm(x, (123,), weight, 1e-5), reference(x, (123,), weight, 1e-5), **TOL[dtype]
+        nt.rms_norm(x, (123,), weight, 1e-5), reference(x, (123,), weight, 1e-5), **tolerance(dtype)
     )
     torch.testing.assert_close(
-        nt.rms_norm(x, 123), reference(x, (123,), None, torch.finfo(dtype).eps), **TOL[dtype]
+        nt.rms_norm(x, 123), reference(x, (123,), None, torch.finfo(dtype).eps), **tolerance(dtype)
     )
     weight2 = randn(42, 123, dtype=dtype)
     torch.testing.assert_close(
         nt.rms_norm(x, (42, 123), weight2),
         reference(x, (42, 123), weight2, torch.finfo(dtype).eps),
-        **TOL[dtype],
+        **tolerance(dtype),
     )
     view = x.transpose(0, 1)
     torch.testing.assert_close(
         nt.rms_norm(view, (123,), weight),
         reference(view, (123,), weight, torch.finfo(dtype).eps),
-        **TOL[dtype],
+        **tolerance(dtype),
     )
     vector = randn(4096, dtype=dtype)
     torch.testing.assert_close(
         nt.rms_norm(vector, (4096,)),
         reference(vector, (4096,), None, torch.finfo(dtype).eps),
-        **TOL[dtype],
+        **tolerance(dtype),
     )
 
 
