@@ -8,7 +8,6 @@ tests the harness on any machine.
 """
 
 import dataclasses
-import enum
 import importlib
 import math
 import types
@@ -22,6 +21,8 @@ from torch._subclasses.fake_tensor import FakeTensor
 from tests.gpu.fuzz_draw import Draw
 from tests.gpu.fuzz_inputs import BOOL, DTYPES, FLOATS, INTEGERS
 from tests.gpu.layouts import BY_NAME
+from tests.ops import scaled_dot_product_attention as attention
+from tests.ops.scaled_dot_product_attention import CausalVariant
 from tests.tolerances import bounds
 
 
@@ -334,14 +335,6 @@ def _product_atol(args, kwargs, precision):
 HEAD_DIMS = (32, 64, 96, 128, 256)
 
 
-class CausalVariant(enum.IntEnum):
-    """torch.nn.attention.bias.CausalVariant's numbers (importing it imports dynamo:
-    1.4 s more for each worker)."""
-
-    UPPER_LEFT = 1
-    LOWER_RIGHT = 2
-
-
 def _attention(d, op):
     dtype = d.principal(SPECS[op].dtypes)
     batch, heads_kv, group = d.rng.randint(1, 3), d.rng.randint(1, 4), d.pick((1, 1, 2, 4))
@@ -413,28 +406,6 @@ def _attention_atol(args, kwargs, precision):
     values = [value, kwargs.get("present_value", value)]
     largest = torch.stack([v.abs().double().amax() for v in values]).amax()
     return {torch.float16: 1e-2, torch.bfloat16: 2e-2}.get(query.dtype, 1e-4) * largest
-
-
-def scaled_dot_product_attention(
-    query, key, value, attn_mask=None, dropout_p=0, is_causal=False, scale=None,
-    enable_gqa=False, causal_variant=None, present_key=None, present_value=None,
-    present_key_slot=None, present_value_slot=None,
-):  # fmt: skip
-    """torch's attention after writing the new KV-cache entries into their slots;
-    LOWER_RIGHT as the mask torch.nn.attention.bias.causal_lower_right stands for."""
-    for present, slot in ((present_key, present_key_slot), (present_value, present_value_slot)):
-        if present is not None:
-            slot.copy_(present)
-    if is_causal and causal_variant == CausalVariant.LOWER_RIGHT:
-        seq_q, seq_kv = query.shape[-2], key.shape[-2]
-        ones = torch.ones(seq_q, seq_kv, dtype=torch.bool, device=query.device)
-        attn_mask, is_causal = ones.tril(seq_kv - seq_q), False
-    # torch's math backend: its fused backends are not references (cuDNN returned NaN
-    # for keys expanded along the sequence, H100, torch 2.11).
-    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
-        return F.scaled_dot_product_attention(
-            query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa
-        )
 
 
 def matmul(input, other, *, out=None):
@@ -575,7 +546,7 @@ HAND = {
     "addmm": Spec(_addmm, torch.addmm, FLOATS, atol=_product_atol),
     "matmul": Spec(_matmul, matmul, FLOATS, kernel="mm", atol=_product_atol, names=("mm", "bmm")),
     "scaled_dot_product_attention": Spec(
-        _attention, scaled_dot_product_attention, FLOATS, atol=_attention_atol
+        _attention, attention.reference, FLOATS, atol=_attention_atol
     ),
     "rotary_position_embedding": Spec(_rope, rotary_position_embedding, FLOATS, atol=_rope_atol),
 }

@@ -11,6 +11,9 @@ import dataclasses
 import torch
 
 WIDE = 2**31 + 64  # a stride past int32: the launcher must pick 64-bit indexing
+# Shapes for a spec's tensors, their last ndim dims: sizes divisible by 16 for aligned
+# specs, odd ones for the others.
+SHAPES = {"aligned": (3, 5, 2, 48), "odd": (3, 5, 2, 37)}
 # The manifest's dtype names (aot/declare/space.py's DTYPES), as torch dtypes.
 BY_NAME = {
     "fp16": torch.float16,
@@ -40,6 +43,18 @@ class Spec:
             if part.startswith("u"):
                 unit = tuple(None if c == "x" else int(c) for c in part[1:])
         return cls(int(parts[0][1:]), unit, "a16" in parts)
+
+
+def spec_shape(ndim, spec):
+    """The shape of an `ndim`-dim kernel's tensors for `spec` (a Spec)."""
+    return SHAPES["aligned" if spec.aligned else "odd"][4 - ndim :]
+
+
+def size_in(served, size):
+    """A size in the range a kernel serves (the launcher picks by rows and columns):
+    `size` itself, else the range's low end plus as much over a multiple of 16."""
+    low, high = served
+    return size if low <= size <= high else min(high, -(-low // 16) * 16 + size % 16)
 
 
 def values(shape, dtype, domain=None, device="cuda"):
