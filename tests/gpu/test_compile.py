@@ -4,9 +4,16 @@ layer has no graph break, an exported one runs, and both give eager's results.""
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map
+
+from tests import calls as generated
+from tests.gpu.layouts import values
 
 pytestmark = pytest.mark.gpu
 F = torch.nn.functional
+NAMESPACE = "ntops_prebuilt"
+TEST_UTILS = ("test_schema", "test_faketensor")
 
 
 @pytest.fixture
@@ -17,64 +24,106 @@ def layer(nt):
     return bench_layer
 
 
-def samples(nt):
-    """(op overload, args, kwargs) for opcheck: one call of every op and overload."""
-    ops = torch.ops.ntops_prebuilt
-    x, y = torch.randn(64, 32, device="cuda"), torch.randn(32, device="cuda")
-    h = torch.randn(4, 16, 64, device="cuda", dtype=torch.float16)
-    w = torch.randn(64, device="cuda", dtype=torch.float16)
-    flags = torch.randint(0, 9, (64, 32), device="cuda", dtype=torch.int32)
-    out = torch.empty_like(x)
-    rows = []
-    for name in ("abs", "neg", "exp", "sin", "cos", "sigmoid", "tanh"):
-        rows += [(getattr(ops, name).default, (x,), {})]
-        rows += [(getattr(ops, name).out, (x,), {"out": out})]
-    rows += [(ops.rsqrt.default, (x.abs() + 1,), {}), (ops.bitwise_not.default, (flags,), {})]
-    rows += [(ops.isnan.default, (x,), {}), (ops.isinf.default, (x,), {})]
-    for name in ("add", "sub", "mul", "div", "eq", "lt", "ge"):
-        packet = getattr(ops, name)
-        rows += [(packet.Tensor, (x, y), {}), (packet.Scalar, (x, 2.0), {})]
-        target = torch.empty(64, 32, device="cuda", dtype=torch.bool) if name in "eqltge" else out
-        rows += [(packet.out, (x, y), {"out": target})]
-    rows += [
-        (ops.add.Tensor, (x, y), {"alpha": 2}),
-        (ops.div.Scalar, (x, 3.0), {"rounding_mode": "floor"}),
-        (ops.pow.Scalar, (x, 2.0), {}),
-        (ops.pow.Tensor, (x.abs(), y), {}),
-        (ops.bitwise_and.Scalar, (flags, 3), {}),
-        (ops.bitwise_or.Tensor, (flags, flags), {}),
-        (ops.clamp.default, (x, -0.5, 0.5), {}),
-        (ops.relu.default, (x,), {}),
-        (ops.relu_.default, (x.clone(),), {}),
-        (ops.silu.default, (h,), {}),
-        (ops.silu_.default, (h.clone(),), {}),
-        (ops.gelu.default, (x, "tanh"), {}),
-        (ops.silu_mul.default, (x, y), {}),
-        (ops.silu_mul.out, (x, y), {"out": out}),
-        (ops.softmax.default, (h, -1, torch.float32), {}),
-        (ops.rms_norm.default, (h, [64], w, 1e-6), {}),
-        (ops.layer_norm.default, (h, [64], w, w), {}),
-        (ops.mm.default, (x, x.t()), {}),
-        (ops.mm.out, (x.t(), x), {"out": torch.empty(32, 32, device="cuda")}),
-        (ops.bmm.default, (h, h.transpose(1, 2)), {}),
-        (ops.addmm.default, (y, x.t(), x), {"beta": 0.5}),
-        (ops.matmul.default, (h, w[:, None].expand(64, 8)), {}),
-    ]
-    q = torch.randn(1, 8, 16, 64, device="cuda", dtype=torch.float16)
-    k = torch.randn(1, 2, 16, 64, device="cuda", dtype=torch.float16)
-    sin = torch.randn(16, 32, device="cuda", dtype=torch.float16)
-    rows += [
-        (ops.scaled_dot_product_attention.default, (q, k, k),
-         {"is_causal": True, "enable_gqa": True}),
-        (ops.rotary_position_embedding.default, (q.transpose(1, 2), sin, sin), {}),
-        (ops.rotary_position_embedding_.default, (q.transpose(1, 2).clone(), sin, sin, False), {}),
-    ]  # fmt: skip
-    return rows
+def opcheck_calls(apis, dtypes):
+    """The calls opcheck starts from: every declared function's (tests/calls.py: its
+    samples as they are, with out= and in place, and its tests/ops module's), for
+    `apis` (declarations, as `_ops.APIS` has them) in `dtypes` (per op, the manifest's
+    names built). A plain function: a unit test runs it on the kernel files'
+    declarations."""
+    return generated.calls(apis, dtypes)
 
 
-def test_opcheck_on_every_op(nt):
-    for op, args, kwargs in samples(nt):
-        torch.library.opcheck(op, args, kwargs, test_utils=("test_schema", "test_faketensor"))
+def overloads(api):
+    """The overloads `api` declares, as the ops' names print ("add.Scalar_out",
+    "relu_.default")."""
+    name = api["name"]
+    return {
+        f"{name}_.default" if overload["writes"] == "inplace" else f"{name}.{overload['name']}"
+        for overload in api["overloads"]
+    }
+
+
+class Recorder(TorchDispatchMode):
+    """Records every ntops_prebuilt op a call reaches: (op, args, kwargs), its tensor
+    arguments cloned as they were before it ran (in-place and out= overloads write
+    them)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func.namespace == NAMESPACE:
+            self.seen.append((func, *tree_map(_clone, (args, kwargs))))
+        return func(*args, **kwargs)
+
+
+def _clone(value):
+    return value.clone() if isinstance(value, torch.Tensor) else value
+
+
+def reached(nt, call, make):
+    """The ntops_prebuilt ops `call` reaches as torch.compile would make it (its traced
+    route), on tensors from `make`: [(op, args, kwargs)], and what the call raised
+    (None)."""
+    args, kwargs = call.arguments(make)
+    with Recorder() as recorder:
+        try:
+            nt._library.traced(call.name)(*args, **kwargs)
+        except Exception as error:
+            return recorder.seen, error
+    return recorder.seen, None
+
+
+def _cuda(shape, dtype, *, strides=None, domain=None, bound=None):
+    """Random CUDA tensors for a call (tests/calls.Make), in any layout (a stride of 0
+    too: the values fill the storage the strides span)."""
+    if bound is not None:
+        return torch.randint(0, bound, tuple(shape), device="cuda")
+    strides = strides or generated.contiguous(shape)
+    span = 1 + sum((size - 1) * stride for size, stride in zip(shape, strides, strict=True))
+    flat = values((span if all(shape) else 0,), dtype, domain)
+    return flat.as_strided(tuple(shape), tuple(strides))
+
+
+def _built(nt):
+    """Per op, the dtypes the wheel has kernels for."""
+    built = {}
+    for variant in nt.manifest()["variants"]:
+        if variant["kernels"]:
+            built.setdefault(variant["op"], set()).add(variant["dtype"])
+    return {op: sorted(dtypes) for op, dtypes in built.items()}
+
+
+def test_opcheck_on_every_overload_the_declared_calls_reach(nt):
+    """Each declared call runs as torch.compile would run it, and every ntops_prebuilt
+    op it reaches passes opcheck (schema, fake against real); every overload a function
+    declares is reached by one of its calls."""
+    problems, seen = [], set()
+    calls = opcheck_calls(nt._ops.APIS, _built(nt))
+    for call in calls:
+        ops, error = reached(nt, call, _cuda)
+        if error is not None:
+            problems.append((call.name, f"{call.label}: the traced call raised {error!r}"[:500]))
+        elif not ops:
+            problems.append((call.name, f"{call.label}: reached no ntops_prebuilt op"))
+        for op, args, kwargs in ops:
+            seen.add(str(op).removeprefix(f"{NAMESPACE}."))
+            try:
+                torch.library.opcheck(op, args, kwargs, test_utils=TEST_UTILS)
+            except Exception as failure:
+                first = " ".join(str(failure).strip().splitlines()[:3])
+                problems.append((call.name, f"{call.label}: opcheck of {op}: {first}"[:800]))
+    called = {call.name for call in calls}
+    for api in nt._ops.APIS:
+        missing = sorted(overloads(api) - seen) if api["name"] in called else []
+        problems += [(api["name"], f"no declared call reaches {name}") for name in missing]
+    known = {name for name, _ in problems if name in generated.KNOWN}
+    fixed = sorted((set(generated.KNOWN) & called) - known)
+    assert not fixed, f"fixed: remove {fixed} from tests/calls.py's KNOWN"
+    problems = [problem for name, problem in problems if name not in generated.KNOWN]
+    assert not problems, "\n".join(problems)
 
 
 def decode(layer):

@@ -35,17 +35,6 @@ def calls(nt):
     return generated.calls(nt._ops.APIS, dtypes, LAYOUTS)
 
 
-# What this check found in the runtime (aot/runtime/, not the tests' to fix), by
-# function: its calls' problems are expected until the fix, and fail the test after it
-# (then remove the entry).
-_MAT2 = (
-    "the traced route names its second parameter `other` where the function's is `mat2` "
-    "(aot/runtime/_library.py, _products): mm(a, mat2=b) raises TypeError while "
-    "torch.compile traces and on fake tensors"
-)
-KNOWN = {"mm": _MAT2, "bmm": _MAT2}
-
-
 class NoDevice(Exception):
     """This torch asked for the GPU it lacks to handle a fake CUDA tensor (a CPU-only
     build for a view or a copy, a CUDA build without a driver for a copy): the call
@@ -138,16 +127,33 @@ def test_every_function_on_fake_tensors_gives_torchs_metadata(installed, fake):
             continue
         checked.add(call.name)
         if problem:
-            problems.append(f"{call.label}: {problem}")
-    failing = {name: [p for p in problems if p.startswith(f"{name} ")] for name in KNOWN}
-    assert all(failing.values()), (
-        f"fixed: remove {[n for n, f in failing.items() if not f]} from KNOWN"
-    )
-    problems = [p for p in problems if p.split(" ", 1)[0] not in KNOWN]
+            problems.append((call.name, f"{call.label}: {problem}"))
+    fixed = sorted(set(generated.KNOWN) - {name for name, _ in problems})
+    assert not fixed, f"fixed: remove {fixed} from tests/calls.py's KNOWN"
+    problems = [problem for name, problem in problems if name not in generated.KNOWN]
     assert not problems, "\n".join(problems)
     assert checked == set(apis), f"no call checked for {sorted(set(apis) - checked)}"
     if unchecked:
         warnings.warn("left unchecked without a GPU: " + "; ".join(unchecked), stacklevel=1)
+
+
+def test_the_declared_calls_reach_every_declared_overload(installed, fake):
+    """opcheck (tests/gpu/test_compile.py) checks the ops the declared calls reach as
+    torch.compile makes them: here, on fake tensors, that they reach every overload
+    each function declares (samples without a number never reach `.Scalar`)."""
+    from tests.gpu.test_compile import opcheck_calls, overloads, reached
+
+    dtypes = {op: info["dtypes"] for op, info in installed.manifest()["ops"].items()}
+    seen = set()
+    for call in opcheck_calls(installed._ops.APIS, dtypes):
+        ops, _ = reached(installed, call, generated.on("cuda"))  # a fake may then fail
+        seen |= {str(op).removeprefix("ntops_prebuilt.") for op, _, _ in ops}
+    missing = {
+        api["name"]: sorted(overloads(api) - seen)
+        for api in installed._ops.APIS
+        if api["name"] not in generated.KNOWN
+    }
+    assert not any(missing.values()), {name: found for name, found in missing.items() if found}
 
 
 def test_every_public_function_has_its_op(installed):

@@ -20,8 +20,8 @@ import warnings
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 import ntops_prebuilt as nt
-from tests.calls import on
-from tests.unit.test_library import KNOWN, NoDevice, answer, calls, difference
+from tests.calls import KNOWN, on
+from tests.unit.test_library import NoDevice, answer, calls, difference
 
 assert "torch._dynamo" not in sys.modules
 print(torch.__version__)
