@@ -6,7 +6,9 @@ return nothing there. log1p and expm1, which softplus and elu call, run as numpy
 under the interpreter (`numpy_libdevice`), so those checks cover the kernels' own
 arithmetic, branches and parameters, and leave libdevice's accuracy to the GPU suite;
 the others (div_rn, fmod, tanh, sin, cos, pow) have no stand-in, so div, gelu, tanh,
-sin, cos and pow are left to the GPU suite.
+sin, cos and pow are left to the GPU suite (`LEFT_TO_THE_GPU`). Each test names the
+ops it runs, and runs each of them (`interpreted(check, *ops)`): a unit test
+(tests/unit/test_coverage.py) fails for an op neither runs nor leaves.
 
 Triton decides at import whether its own library runs interpreted, so every check
 runs in a fresh process started with TRITON_INTERPRET=1."""
@@ -24,15 +26,18 @@ F = torch.nn.functional
 ROOT = pathlib.Path(__file__).parents[2]
 
 
-def interpreted(test):
-    """Run `test` in a fresh interpreter-mode process, with `make` building kernels."""
+def interpreted(test, *ops):
+    """Run `test` in a fresh interpreter-mode process, with `make` building the kernels
+    of `ops` (kernel files), each of them at least once and no other."""
 
     def run(tmp_path):
         script = (
             "import pathlib, sys\n"
             f"sys.path.insert(0, {str(ROOT)!r})\n"
             "from tests.unit import test_interpreted as checks\n"
-            f"checks.{test.__name__}(checks.maker(pathlib.Path({str(tmp_path)!r})))\n"
+            f"make = checks.maker(pathlib.Path({str(tmp_path)!r}), {ops!r})\n"
+            f"checks.{test.__name__}(make)\n"
+            f"assert make.made == set({ops!r}), sorted(set({ops!r}) - make.made)\n"
         )
         env = dict(os.environ, TRITON_INTERPRET="1", HOME=str(tmp_path))
         done = subprocess.run(
@@ -41,10 +46,16 @@ def interpreted(test):
         assert done.returncode == 0, done.stderr[-3000:]
 
     run.__name__ = test.__name__
+    run.ops = ops
     return run
 
 
-def maker(build_dir):
+def covered():
+    """The ops (kernel files) the tests here run, by test."""
+    return {name: test.ops for name, test in globals().items() if hasattr(test, "ops")}
+
+
+def maker(build_dir, allowed=None):
     from ntops_aot.aot.declare import registry as ops
     from ntops_aot.aot.toolchain.compilers import Toolchain
     from ntops_aot.aot.toolchain.targets import TARGETS
@@ -57,6 +68,9 @@ def maker(build_dir):
     import triton.runtime.interpreter
 
     def make(op, ndim, dtype="fp32", **options):
+        if allowed is not None and op not in allowed:
+            raise AssertionError(f"{op}: name it among the ops of this check's interpreted(...)")
+        make.made.add(op)
         arrangement, application, tensors = registry[op].module.premake(ndim, dtype, **options)
         with toolchain.target(TARGETS["sm_90"]):
             kernel = ninetoothed.make(arrangement, application, tensors)
@@ -88,6 +102,7 @@ def maker(build_dir):
 
         return call
 
+    make.made = set()
     return make
 
 
@@ -276,19 +291,25 @@ def check_comparisons_and_bitwise(make):
     x = torch.randint(-5, 5, (300,), dtype=torch.int32)
     y = torch.randint(-5, 5, (300,), dtype=torch.int32)
     result = torch.empty(300, dtype=torch.bool)
-    make("lt", 1, "i32")(x, y, result)
-    assert torch.equal(result, x < y)
-    make("eq", 1, "i32", other="scalar")(x, 3, result)
-    assert torch.equal(result, x == 3)
+    for op in ("lt", "le", "gt", "ge", "eq", "ne"):
+        reference = getattr(torch, op)
+        make(op, 1, "i32")(x, y, result)
+        assert torch.equal(result, reference(x, y)), op
+        make(op, 1, "i32", other="scalar")(x, 3, result)
+        assert torch.equal(result, reference(x, 3)), op
     ints = torch.empty_like(x)
     make("bitwise_and", 1, "i32")(x, y, ints)
     assert torch.equal(ints, x & y)
+    make("bitwise_or", 1, "i32", other="scalar")(x, 6, ints)
+    assert torch.equal(ints, x | 6)
     flags = x > 0
     make("bitwise_not", 1, "i1")(flags, result)
     assert torch.equal(result, ~flags)
     special = torch.tensor([1.0, float("nan"), float("inf"), -float("inf")])
     make("isinf", 1)(special, result[:4])
     assert torch.equal(result[:4], torch.isinf(special))
+    make("isnan", 1)(special, result[:4])
+    assert torch.equal(result[:4], torch.isnan(special))
 
 
 def check_rows(make):
@@ -620,14 +641,37 @@ def check_dropout_statistics(make):
     assert not torch.equal(out, again)  # the next offset: another mask
 
 
-test_element_wise = interpreted(check_element_wise)
-test_activations = interpreted(check_activations)
-test_embedding = interpreted(check_embedding)
-test_comparisons_and_bitwise = interpreted(check_comparisons_and_bitwise)
-test_rows = interpreted(check_rows)
-test_softmax_rows = interpreted(check_softmax_rows)
-test_matrix_products = interpreted(check_matrix_products)
-test_matrix_products_through_tma = interpreted(check_matrix_products_through_tma)
-test_attention = interpreted(check_attention)
-test_rotary_position_embedding = interpreted(check_rotary_position_embedding)
-test_dropout_statistics = interpreted(check_dropout_statistics)
+test_element_wise = interpreted(
+    check_element_wise,
+    *("add", "sub", "mul", "silu_mul", "abs", "neg", "exp", "sigmoid", "relu", "silu", "rsqrt"),
+    "clamp",
+)
+test_activations = interpreted(check_activations, "leaky_relu", "hardswish", "softplus", "elu")
+test_embedding = interpreted(check_embedding, "embedding")
+test_comparisons_and_bitwise = interpreted(
+    check_comparisons_and_bitwise,
+    *("lt", "le", "gt", "ge", "eq", "ne", "bitwise_and", "bitwise_or", "bitwise_not"),
+    *("isinf", "isnan"),
+)
+test_rows = interpreted(check_rows, "rms_norm", "layer_norm")
+test_softmax_rows = interpreted(check_softmax_rows, "softmax", "log_softmax")
+test_matrix_products = interpreted(check_matrix_products, "mm", "bmm", "addmm")
+test_matrix_products_through_tma = interpreted(
+    check_matrix_products_through_tma, "mm", "bmm", "addmm"
+)
+test_attention = interpreted(check_attention, "scaled_dot_product_attention")
+test_rotary_position_embedding = interpreted(
+    check_rotary_position_embedding, "rotary_position_embedding"
+)
+test_dropout_statistics = interpreted(check_dropout_statistics, "dropout")
+
+# The ops whose kernels call libdevice functions that have no stand-in under the
+# interpreter (see the module's doc): their math is the GPU suite's alone.
+LEFT_TO_THE_GPU = {
+    "div": "div_rn (true division) and fmod (rounding modes) have no stand-in",
+    "gelu": "approximate='tanh' calls libdevice's tanh, which has no stand-in",
+    "tanh": "libdevice's tanh has no stand-in",
+    "sin": "libdevice's sin has no stand-in",
+    "cos": "libdevice's cos has no stand-in",
+    "pow": "libdevice's pow, div_rn and sqrt_rn have no stand-in",
+}
