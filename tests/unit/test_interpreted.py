@@ -46,13 +46,14 @@ def interpreted(test, *ops):
         assert done.returncode == 0, done.stderr[-3000:]
 
     run.__name__ = test.__name__
-    run.ops = ops
+    run.runs_ops = ops
     return run
 
 
 def covered():
     """The ops (kernel files) the tests here run, by test."""
-    return {name: test.ops for name, test in globals().items() if hasattr(test, "ops")}
+    tests = globals().items()
+    return {name: test.runs_ops for name, test in tests if name.startswith("test_")}
 
 
 def maker(build_dir, allowed=None):
