@@ -26,7 +26,7 @@ from tests.gpu.fuzz_check import (
     run_case,
 )
 from tests.gpu.fuzz_inputs import describe
-from tests.gpu.fuzz_ops import REFERENCE, SPECS, make_case
+from tests.gpu.fuzz_ops import HAND, REFERENCE, SPECS, declared_specs, make_case
 
 ROOT = pathlib.Path(__file__).parents[2]
 
@@ -196,17 +196,33 @@ def test_differences_fail_beyond_the_tolerance():
     assert differences("x", torch.tensor([True, False]), torch.tensor([True, True]), 1, 1)
 
 
+def _declared(registry):
+    """The fuzz's specs of the kernel files' declarations (as of a wheel of them all)."""
+    apis = [api for op in registry.values() for api in op.apis()]
+    return declared_specs(apis, {name: op.space.dtypes for name, op in registry.items()})
+
+
 def test_every_runtime_function_is_fuzzed_with_its_kernels_dtypes(registry):
     """A composite op has a spec of its own; an ordinary op one, or the one its
-    declaration gives once a wheel is installed (fuzz_ops._declared)."""
-    apis = [api for op in registry.values() for api in op.apis()]
-    composite = {api["name"] for api in apis if api["wrapper"] is not None}
-    assert composite <= set(SPECS)
-    assert set(SPECS) <= {api["name"] for api in apis}
-    for op, definition in registry.items():
-        if op not in SPECS:
-            continue
-        declared = {getattr(torch, DTYPES[short].torch) for short in definition.space.dtypes}
-        assert set(SPECS[op].dtypes) == declared, op
-    for op, spec in SPECS.items():
-        assert (spec.kernel or op) in registry, op
+    declaration gives (fuzz_ops._declared): in the dtypes its kernels are built for
+    (tests/unit/test_coverage.py fails for a function without)."""
+    specs = _declared(registry)
+    assert set(HAND) <= set(specs)
+    for name, spec in specs.items():
+        op = spec.kernel or name
+        declared = {getattr(torch, DTYPES[short].torch) for short in registry[op].space.dtypes}
+        assert set(spec.dtypes) == declared, name
+
+
+def test_specs_drawn_from_declarations_draw_calls_torch_agrees_with(registry, monkeypatch):
+    """The ordinary ops without a hand spec (their calls drawn from their declarations):
+    their references fuzzed against themselves agree, every one of them."""
+    derived = {name: spec for name, spec in _declared(registry).items() if name not in HAND}
+    assert derived
+    for name, spec in derived.items():
+        monkeypatch.setitem(SPECS, name, spec)
+    module = types.SimpleNamespace(**{name: spec.reference for name, spec in SPECS.items()})
+    results = run_in_process(module, tuple(derived), 30 * len(derived))
+    unexpected = [r for r in results if r.outcome not in (MATCH, BOTH_RAISE)]
+    assert not unexpected, unexpected[:5]
+    assert {r.op for r in results if r.outcome == MATCH} == set(derived)
