@@ -1,7 +1,8 @@
 """Adding an op is writing one kernel file: in a copy of the tree, a new file in
 kernels/ is built into a wheel that exports the function with its signature and its
-torch.library overloads, and the GPU suite collects tests for it from its samples.
-Nothing else in the copy is edited."""
+torch.library overloads, the GPU suite collects tests for it from its samples, the
+completeness test finds it in every suite and its kernel runs interpreted. Nothing
+else in the copy is edited."""
 
 import os
 import pathlib
@@ -107,3 +108,11 @@ def test_one_kernel_file_adds_an_exported_tested_function(tmp_path):
     assert collected.returncode == 0, collected.stdout[-3000:] + collected.stderr[-3000:]
     ids = [line for line in collected.stdout.splitlines() if "hardsigmoid" in line]
     assert len(ids) == 2 * 2, collected.stdout[-3000:]  # two samples, two layouts, fp32
+
+    # Every suite has it (the completeness test), and its kernel runs interpreted.
+    suites = ["tests/unit/test_coverage.py", "tests/unit/test_interpreted.py::test_ordinary_ops"]
+    checked = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *suites],
+        cwd=copy, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-3000:]
