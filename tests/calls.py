@@ -113,9 +113,12 @@ def dtype_of(built: Sequence[str]) -> torch.dtype | None:
 
 def reference(call: Call, api: Mapping[str, Any]) -> Callable[..., Any]:
     """The torch function that answers `call` of function `api`."""
-    if call.reference is not None:
-        return call.reference
-    module, _, name = api["reference"].rpartition(".")
+    return call.reference if call.reference is not None else resolve(api["reference"])
+
+
+def resolve(dotted: str) -> Callable[..., Any]:
+    """The function at `dotted` ("torch.nn.functional.gelu"): a declared reference."""
+    module, _, name = dotted.rpartition(".")
     return getattr(importlib.import_module(module), name)
 
 
@@ -149,8 +152,7 @@ def _forms(api, index, sample, dtype, layout):
 def _result(api, sample, dtype, layout):
     """The reference's result for the sample, on the meta device (its shape and dtype)."""
     args, kwargs = _arguments(api, sample, dtype, layout, on("meta"))
-    module, _, function = api["reference"].rpartition(".")
-    return getattr(importlib.import_module(module), function)(*args, **kwargs)
+    return resolve(api["reference"])(*args, **kwargs)
 
 
 def _arguments(api, sample, dtype, layout, make):

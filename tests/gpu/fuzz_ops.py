@@ -8,7 +8,6 @@ tests the harness on any machine.
 """
 
 import dataclasses
-import importlib
 import math
 import types
 from collections.abc import Callable, Iterable, Mapping
@@ -18,6 +17,7 @@ import torch.nn.functional as F
 from torch._prims_common import is_non_overlapping_and_dense_or_false as is_dense
 from torch._subclasses.fake_tensor import FakeTensor
 
+from tests.calls import resolve
 from tests.gpu.fuzz_draw import Draw
 from tests.gpu.fuzz_inputs import BOOL, DTYPES, FLOATS, INTEGERS
 from tests.gpu.layouts import BY_NAME
@@ -557,7 +557,7 @@ def _declared(api, dtypes):
     _ops.APIS): tensors drawn in every layout, a Tensor|Number operand as binary ops
     draw theirs, other parameters from its samples and defaults, out= and in place
     where it has them."""
-    reference = _reference(api["reference"])
+    reference = resolve(api["reference"])
     writes = api["writes"]
 
     def draw(d, op):
@@ -591,11 +591,6 @@ def _declared(api, dtypes):
         return tuple(args), kwargs
 
     return Spec(draw, reference, dtypes)
-
-
-def _reference(dotted):
-    module, _, name = dotted.rpartition(".")
-    return getattr(importlib.import_module(module), name)
 
 
 def declared_specs(apis: Iterable[Mapping], dtypes: Mapping[str, Iterable[str]]) -> dict:

@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+from tests.calls import resolve
 from tests.gpu.layouts import BY_NAME as DTYPES
 from tests.gpu.layouts import Spec, assert_kernel, spec_shape, strided
 from tests.ops import makers
@@ -143,20 +144,13 @@ def _declared(nt, api, variant, spec, dtype):
             arguments[switch] = None if nullable and value == _ops.NONE else value
     first = api["kernel"][0]
     named = {name: value for name, value in arguments.items() if name != first}
-    reference = _reference(api["reference"])
+    reference = resolve(api["reference"])
     expected = reference(arguments[first], **named)
     function = getattr(nt, api["name"])
     if api["writes"] != "out":
         return function(arguments[first], **named), expected
     out = strided(shape, expected.dtype, unit=next(units), aligned=spec.aligned, wide=wide)
     return function(arguments[first], **named, out=out), expected
-
-
-def _reference(dotted):
-    import importlib
-
-    module, _, name = dotted.rpartition(".")
-    return getattr(importlib.import_module(module), name)
 
 
 def test_kernel(nt, variant, kernel):

@@ -9,6 +9,7 @@ Nothing here names an op: a kernel file added to kernels/ is tested by its sampl
 import pytest
 import torch
 
+from tests.calls import number, resolve
 from tests.gpu.layouts import BY_NAME as DTYPES
 from tests.gpu.layouts import values
 from tests.tolerances import tolerance
@@ -44,29 +45,11 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize(("api", "index", "dtype", "layout"), cases)
 
 
-def _reference(dotted):
-    import importlib
-
-    module, _, name = dotted.rpartition(".")
-    return getattr(importlib.import_module(module), name)
-
-
 def _strided(tensor):
     """`tensor`'s values in a view whose last two dims are transposed in memory."""
     if tensor.ndim < 2:
         return tensor
     return tensor.mT.contiguous().mT
-
-
-def _number(value, dtype):
-    """A sample's number, as torch would take it beside a tensor of `dtype`."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return value
-    if dtype == torch.bool:
-        return bool(value)
-    if not dtype.is_floating_point:
-        return int(value)
-    return value
 
 
 def _arguments(api, sample, dtype, layout):
@@ -80,7 +63,7 @@ def _arguments(api, sample, dtype, layout):
             tensor = values(tuple(value), dtype, domain=sample["domain"])
             arguments[name] = _strided(tensor) if layout == "strided" else tensor
         elif params[name]["type"] in ("Tensor|Number", "Tensor|Number?", "Scalar"):
-            arguments[name] = _number(value, dtype)
+            arguments[name] = number(value, dtype)
         else:
             arguments[name] = value
     return arguments
@@ -113,7 +96,7 @@ def _assert_matches(result, expected, api, dtype):
 def test_sample(nt, api, index, dtype, layout):
     dtype_ = DTYPES[dtype]
     sample = api["samples"][index]
-    function, reference = getattr(nt, api["name"]), _reference(api["reference"])
+    function, reference = getattr(nt, api["name"]), resolve(api["reference"])
     arguments = _arguments(api, sample, dtype_, layout)
     try:
         expected = _call(reference, api, _copies(arguments))

@@ -26,7 +26,7 @@ import sys
 
 import torch
 
-from tests.calls import number
+from tests.calls import number, resolve
 from tests.gpu.layouts import BY_NAME, values
 from tests.tolerances import tolerance
 
@@ -686,18 +686,11 @@ def _declared_call(kernel, api, switches, dtype):
             value = switches[switch]
             named[switch] = None if types[switch] == "str?" and value == "none" else value
     first = api["kernel"][0]
-    reference = _reference(api["reference"])
+    reference = resolve(api["reference"])
     expected = reference(named.pop(first), **named)
     out = torch.empty_like(expected)
     kernel(*arguments.values(), out)
     return out, expected
-
-
-def _reference(dotted):
-    import importlib
-
-    module, _, name = dotted.rpartition(".")
-    return getattr(importlib.import_module(module), name)
 
 
 def check_dropout_statistics(make):
