@@ -5,7 +5,7 @@ oldest torch's in tests/unit/test_oldest_torch.py) and opcheck (tests/gpu/test_c
 A function's calls are its declared samples (its kernel file's `API`, as the wheel
 ships it in `_ops.APIS`), each as it is, with out= and in place where the function
 writes, in one float dtype its op is built for; then what a composite op's module in
-tests/ops/ adds (`calls(dtype)`) where a sample cannot say it (a KV cache's slots, a
+tests/ops/ adds (`calls(name, dtype)`) where a sample cannot say it (a KV cache's slots, a
 dtype= argument). Nothing here names an op.
 
 A call is made, not stored: `Call.arguments(make)` builds fresh arguments whose
@@ -34,6 +34,8 @@ KNOWN = {"mm": _MAT2, "bmm": _MAT2}
 # The dtype a function's calls are made in: its op's first built of these, else its
 # op's first (integer ops).
 FLOATS = ("fp16", "bf16", "fp32", "fp64")
+# How a call's tensors are laid out: as they come, or as their last two dims'
+# transposes are (outputs must follow torch's stride rules).
 LAYOUTS = ("contiguous", "transposed")
 
 

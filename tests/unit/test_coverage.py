@@ -11,7 +11,6 @@ from tests.gpu import fuzz_ops
 from tests.gpu.test_compile import opcheck_calls
 from tests.ops import makers
 from tests.unit import test_interpreted
-from tests.unit.test_library import LAYOUTS
 
 
 def _declared(registry):
@@ -24,7 +23,7 @@ def absences(apis, dtypes):
     """(function, suite, what to do) for each declared function of `apis` (with its
     op's `dtypes`) that a suite leaves out."""
     composite = {api["op"] for api in apis if api["wrapper"] is not None}
-    fake = {call.name for call in generated.calls(apis, dtypes, LAYOUTS)}
+    fake = {call.name for call in generated.calls(apis, dtypes, generated.LAYOUTS)}
     opcheck = {call.name for call in opcheck_calls(apis, dtypes)}
     fuzzed = set(fuzz_ops.HAND) | set(fuzz_ops.declared_specs(apis, dtypes))
     # the interpreted tests: an ordinary op's kernel from its declaration

@@ -15,24 +15,20 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from tests import calls as generated
 
-F = torch.nn.functional
 H = torch.float16
+# What a refusal may raise, ours or torch's.
+REFUSALS = (RuntimeError, TypeError, ValueError, NotImplementedError, IndexError)
 
 
 def cuda(*shape, dtype=torch.float32):
     return torch.empty(shape, dtype=dtype, device="cuda")
 
 
-# Tensors laid out as they come and transposed: outputs follow torch's stride rules.
-LAYOUTS = ("contiguous", "transposed")
-REFUSALS = (RuntimeError, TypeError, ValueError, NotImplementedError, IndexError)
-
-
 def calls(nt):
     """Every declared function's calls (tests/calls.py), from the wheel's declarations,
     in both layouts."""
     dtypes = {op: info["dtypes"] for op, info in nt.manifest()["ops"].items()}
-    return generated.calls(nt._ops.APIS, dtypes, LAYOUTS)
+    return generated.calls(nt._ops.APIS, dtypes, generated.LAYOUTS)
 
 
 class NoDevice(Exception):
