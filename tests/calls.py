@@ -23,14 +23,10 @@ import torch
 from tests.gpu.layouts import BY_NAME
 
 # What these calls found in the runtime (aot/runtime/, not the tests' to fix), by
-# function: the suites that make them expect its calls' problems until the fix, and
-# fail after it (then remove the entry).
-_MAT2 = (
-    "the traced route names its second parameter `other` where the function's is `mat2` "
-    "(aot/runtime/_library.py, _products): mm(a, mat2=b) raises TypeError while "
-    "torch.compile traces and on fake tensors"
-)
-KNOWN = {"mm": _MAT2, "bmm": _MAT2}
+# function, with why: the suites that make them expect its calls' problems until the
+# fix, and fail after it (then remove the entry). Empty: the last, mm's and bmm's
+# traced routes naming `mat2` `other`, was fixed with the ops' library sides.
+KNOWN: dict[str, str] = {}
 # The dtype a function's calls are made in: its op's first built of these, else its
 # op's first (integer ops).
 FLOATS = ("fp16", "bf16", "fp32", "fp64")
