@@ -65,8 +65,9 @@ API = Api(
     # call writes them as copies a graph can order; the kernel writes a decode step's).
     written={"present_key_slot": "present_key", "present_value_slot": "present_value"},
     # torch's half-type attention rounds P to half before P @ V, as the kernel does,
-    # but in another order: as the GPU suite has always allowed.
-    tolerance={"fp16": (1e-2, 1e-2), "bf16": (1.6e-2, 1e-2)},
+    # but in another order; fp32 over up to 32768 keys sums in another order too: as
+    # the GPU suite has always allowed.
+    tolerance={"fp16": (1e-2, 1e-2), "bf16": (1.6e-2, 1e-2), "fp32": (1e-4, 1e-4)},
     samples=(
         sample(query=(2, 8, 37, 64), key=(2, 8, 37, 64), value=(2, 8, 37, 64)),
         sample(query=(2, 8, 37, 128), key=(2, 8, 37, 128), value=(2, 8, 37, 128), is_causal=True),

@@ -518,8 +518,9 @@ FLOAT_UNARY = ("abs", "neg", "exp", "rsqrt", "sin", "cos", "sigmoid", "tanh")
 ORDERED = FLOATS + INTEGERS + BOOL
 BITS = INTEGERS + BOOL
 
-# The hand-written specs: every composite op's (a unit test fails for one without),
-# and the ordinary ops' whose calls a declaration cannot draw (scalars, forms).
+# The hand-written specs: every composite op's (a unit test fails for one without; a
+# new one keeps its spec in its tests/ops module, `fuzz_spec()`, below), and the
+# ordinary ops' whose calls a declaration cannot draw (scalars, forms).
 HAND = {
     **{op: Spec(_unary, getattr(torch, op), FLOATS) for op in FLOAT_UNARY},
     "bitwise_not": Spec(_unary, torch.bitwise_not, BITS),
@@ -550,6 +551,21 @@ HAND = {
     ),
     "rotary_position_embedding": Spec(_rope, rotary_position_embedding, FLOATS, atol=_rope_atol),
 }
+
+
+def _beside_their_ops():
+    """The specs composite ops keep in their tests/ops module (`fuzz_spec()`, which may
+    import this module: it runs once this module has defined all but what follows)."""
+    from tests.ops import makers
+
+    return {
+        op: module.fuzz_spec()
+        for op, module in makers().items()
+        if hasattr(module, "fuzz_spec") and op not in HAND
+    }
+
+
+HAND.update(_beside_their_ops())
 
 
 def _declared(api, dtypes):

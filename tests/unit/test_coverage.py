@@ -2,7 +2,8 @@
 the suites iterate the kernel files' declarations (`API`), and the one test here fails,
 naming the function and the suite, where one is absent. Adding an ordinary op is
 writing its kernel file; a composite op (a hand-written runtime wrapper) adds its
-module in tests/ops/ and its fuzz spec, and nothing else in tests/."""
+module in tests/ops/ (its input maker, fuzz spec and interpreted check), and nothing
+else in tests/."""
 
 import copy
 
@@ -52,14 +53,14 @@ def absences(apis, dtypes):
             (
                 "the fuzz (tests/gpu/fuzz_ops.py)",
                 name in fuzzed,
-                "a composite op needs a hand spec in fuzz_ops.HAND (an ordinary op's is "
-                "drawn from its declaration)",
+                "a composite op needs fuzz_spec() in tests/ops/{op}.py (an ordinary op's "
+                "is drawn from its declaration)",
             ),
             (
                 "tests/unit/test_interpreted.py",
                 op in interpreted,
-                "a composite op's kernel runs in a check there (naming it in "
-                "interpreted(check, ...)), or is listed in LEFT_TO_THE_GPU with the reason",
+                "a composite op's kernel runs in interpreted(make) in tests/ops/{op}.py (or "
+                "a check there naming it), or is listed in LEFT_TO_THE_GPU with the reason",
             ),
         ]:
             if not covered:

@@ -2,11 +2,10 @@
 through ninetoothed's JIT under Triton's interpreter (numpy, no GPU) and are compared
 with torch. The GPU suite checks the compiled cubins; this catches a wrong kernel in
 CI, before any GPU sees it. Triton's interpreter has no libdevice: its functions
-return nothing there. log1p and expm1, which softplus and elu call, run as numpy's
-under the interpreter (`numpy_libdevice`), so those checks cover the kernels' own
-arithmetic, branches and parameters, and leave libdevice's accuracy to the GPU suite;
-the others (div_rn, fmod, tanh, sin, cos, pow) have no stand-in, so div, gelu, tanh,
-sin, cos and pow are left to the GPU suite (`LEFT_TO_THE_GPU`).
+return nothing there, so while a kernel runs they are numpy's or torch's
+(`numpy_libdevice`): the checks cover the kernels' own arithmetic, branches and
+parameters, and leave libdevice's accuracy to the GPU suite. What the interpreter
+cannot run at all is left to the GPU suite (`LEFT_TO_THE_GPU`, with the reason).
 
 Every other ordinary op's kernel runs as its declaration describes it
 (`test_ordinary_ops`: a new kernel file needs no test here); the checks by hand go
@@ -18,12 +17,14 @@ Triton decides at import whether its own library runs interpreted, so every chec
 runs in a fresh process started with TRITON_INTERPRET=1."""
 
 import contextlib
+import functools
 import math
 import os
 import pathlib
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from tests.calls import number, resolve
@@ -39,29 +40,49 @@ def interpreted(test, *ops):
     of `ops` (kernel files), each of them at least once and no other."""
 
     def run(tmp_path):
-        script = (
-            "import pathlib, sys\n"
-            f"sys.path.insert(0, {str(ROOT)!r})\n"
-            "from tests.unit import test_interpreted as checks\n"
-            f"make = checks.maker(pathlib.Path({str(tmp_path)!r}), {ops!r})\n"
-            f"checks.{test.__name__}(make)\n"
-            f"assert not {ops!r} or make.made == set({ops!r}), sorted(set({ops!r}) - make.made)\n"
-        )
-        env = dict(os.environ, TRITON_INTERPRET="1", HOME=str(tmp_path))
-        done = subprocess.run(
-            [sys.executable, "-c", script], env=env, capture_output=True, text=True
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
+        _run_interpreted(tmp_path, f"checks.{test.__name__}", ops)
 
     run.__name__ = test.__name__
     run.runs_ops = ops
     return run
 
 
+def _run_interpreted(tmp_path, check, ops):
+    """`check(make)` (a dotted name, `checks` being this module) in a fresh
+    interpreter-mode process, building the kernels of `ops` and no other."""
+    script = (
+        "import pathlib, sys\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "from tests.unit import test_interpreted as checks\n"
+        "from tests.ops import makers\n"
+        f"make = checks.maker(pathlib.Path({str(tmp_path)!r}), {ops!r})\n"
+        f"{check}(make)\n"
+        f"assert not {ops!r} or make.made == set({ops!r}), sorted(set({ops!r}) - make.made)\n"
+    )
+    env = dict(os.environ, TRITON_INTERPRET="1", HOME=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def _beside_their_ops():
+    """The composite ops whose interpreted check is in their tests/ops module
+    (`interpreted(make)`), by op."""
+    from tests.ops import makers
+
+    return {op: module for op, module in makers().items() if hasattr(module, "interpreted")}
+
+
+@pytest.mark.parametrize("op", sorted(_beside_their_ops()))
+def test_checks_beside_their_ops(tmp_path, op):
+    _run_interpreted(tmp_path, f"makers()[{op!r}].interpreted", (op,))
+
+
 def covered():
     """The ops (kernel files) the tests here run, by test."""
-    tests = globals().items()
-    return {name: test.runs_ops for name, test in tests if name.startswith("test_")}
+    tests = [(name, test) for name, test in globals().items() if hasattr(test, "runs_ops")]
+    found = {name: test.runs_ops for name, test in tests}
+    found.update({f"test_checks_beside_their_ops[{op}]": (op,) for op in _beside_their_ops()})
+    return found
 
 
 def maker(build_dir, allowed=None):
@@ -116,24 +137,45 @@ def maker(build_dir, allowed=None):
     return make
 
 
+# libdevice's functions as numpy's (or torch's, on the CPU), by libdevice's name.
+_STAND_INS = {
+    "log1p": "log1p", "expm1": "expm1", "sin": "sin", "cos": "cos", "tanh": "tanh",
+    "sqrt_rn": "sqrt", "div_rn": "true_divide", "fmod": "fmod", "pow": "power",
+    "floor": "floor", "trunc": "trunc", "copysign": "copysign", "erf": "torch.special.erf",
+}  # fmt: skip
+
+
 @contextlib.contextmanager
 def numpy_libdevice():
-    """libdevice's log1p and expm1 as numpy's, while a kernel runs: set only then,
-    since ninetoothed would inline Python functions found there into the kernels it
-    generates (it leaves libdevice's own calls alone)."""
+    """libdevice's functions (which return nothing under Triton's interpreter) as
+    numpy's or torch's, while a kernel runs: set only then, since ninetoothed would
+    inline Python functions found there into the kernels it generates (it leaves
+    libdevice's own calls alone)."""
     import numpy as np
     import triton.language as tl
     from triton.language.extra import libdevice
     from triton.runtime.interpreter import TensorHandle
 
-    def numpy(function):
-        def run(x):
-            return tl.tensor(TensorHandle(function(x.handle.data), x.dtype.scalar), x.type)
+    def stand_in(name):
+        if name.startswith("torch."):
+            function = functools.reduce(getattr, name.split(".")[1:], torch)
+            return lambda *arrays: function(*map(torch.from_numpy, arrays)).numpy()
+        return getattr(np, name)
+
+    def wrapped(function):
+        def run(*xs):
+            # The widest tensor argument gives the result's type; numbers come as its dtype.
+            like = max((x for x in xs if hasattr(x, "handle")), key=lambda x: x.handle.data.size)
+            dtype = like.handle.data.dtype
+            arrays = [x.handle.data if hasattr(x, "handle") else dtype.type(x) for x in xs]
+            result = np.asarray(function(*arrays)).astype(dtype)
+            return tl.tensor(TensorHandle(result, like.dtype.scalar), like.type)
 
         return run
 
-    saved = {name: getattr(libdevice, name) for name in ("log1p", "expm1")}
-    libdevice.log1p, libdevice.expm1 = numpy(np.log1p), numpy(np.expm1)
+    saved = {name: getattr(libdevice, name) for name in _STAND_INS if hasattr(libdevice, name)}
+    for name in saved:
+        setattr(libdevice, name, wrapped(stand_in(_STAND_INS[name])))
     try:
         yield
     finally:
@@ -734,13 +776,8 @@ test_dropout_statistics = interpreted(check_dropout_statistics, "dropout")
 # every ordinary op but those below, from its declaration (what it runs is the registry's)
 test_ordinary_ops = interpreted(check_ordinary_ops)
 
-# The ops whose kernels call libdevice functions that have no stand-in under the
-# interpreter (see the module's doc): their math is the GPU suite's alone.
+# The ops whose kernels Triton's interpreter cannot run (see the module's doc): their
+# math is the GPU suite's alone.
 LEFT_TO_THE_GPU = {
-    "div": "div_rn (true division) and fmod (rounding modes) have no stand-in",
-    "gelu": "approximate='tanh' calls libdevice's tanh, which has no stand-in",
-    "tanh": "libdevice's tanh has no stand-in",
-    "sin": "libdevice's sin has no stand-in",
-    "cos": "libdevice's cos has no stand-in",
-    "pow": "libdevice's pow, div_rn and sqrt_rn have no stand-in",
+    "div": "Triton's interpreter cannot `|` a number's comparison with a block's (unflushing)",
 }

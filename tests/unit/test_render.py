@@ -55,7 +55,7 @@ def test_the_core_compiles_without_python_or_cuda(small_build, build_dir, tmp_pa
 def test_the_launchers_includes_go_one_way():
     """No include cycles: the core includes only the core's headers, the driver layer
     no binding header; and the includes of every file form a DAG."""
-    templates = pathlib.Path(render.__file__).parent / "templates"
+    templates = pathlib.Path(render.__file__).parents[1] / "templates"
     sources = {
         **render.launcher_sources(),
         **{name: (templates / f"{name}.j2").read_text() for name in render.TEMPLATES},

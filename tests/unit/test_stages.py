@@ -15,7 +15,7 @@ from ntops_aot.aot.compile.stage import compile_all
 from ntops_aot.aot.config import BuildOptions
 from ntops_aot.aot.errors import MergeError
 from ntops_aot.aot.package import archive, shards
-from ntops_aot.aot.package import stage as wheels
+from ntops_aot.aot.package.stage import write_wheels
 from ntops_aot.aot.plan.stage import plan
 from ntops_aot.aot.toolchain import versions
 from tests.unit.conftest import SMALL
@@ -120,7 +120,7 @@ def test_every_product_takes_the_versions_from_one_reading(small, tmp_path, monk
     assert set(again.keys.values()).isdisjoint(planned.keys.values())  # cache keys
 
     options = dataclasses.replace(planned.options, out_dir=tmp_path, build_dir=tmp_path)
-    (wheel,) = wheels.write(dataclasses.replace(again, options=options), compiled)
+    (wheel,) = write_wheels(dataclasses.replace(again, options=options), compiled)
     assert wheel.name.startswith("ntops_prebuilt-7.7.7-")
     _, contents = read(wheel)
     manifest = json.loads(contents["ntops_prebuilt/manifest.json"])
