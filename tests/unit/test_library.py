@@ -165,9 +165,13 @@ def test_every_public_function_has_its_op(installed):
 
 def test_kv_cache_writes_are_copies_a_graph_can_order(installed, fake):
     """With a KV cache, the traced call is the cache writes, then attention over the
-    caches: torch's functionalization then keeps them in order."""
-    q, cache = cuda(1, 32, 1, 128, dtype=H), cuda(1, 8, 64, 128, dtype=H)
-    new = cuda(1, 8, 1, 128, dtype=H)
+    caches: torch's functionalization then keeps them in order. On fake CUDA tensors
+    where torch is built with CUDA; a CPU-only torch refuses to slice those (its CUDA
+    device guard is missing), so there the fake tensors are meta ones, which take the
+    same route (the launcher sends every subclass to the op before it looks at devices)."""
+    device = "cuda" if torch.backends.cuda.is_built() else "meta"
+    q, cache = (torch.empty(s, dtype=H, device=device) for s in ((1, 32, 1, 128), (1, 8, 64, 128)))
+    new = torch.empty(1, 8, 1, 128, dtype=H, device=device)
     version = cache._version
     out = installed.scaled_dot_product_attention(
         q, cache, cache, enable_gqa=True, present_key=new, present_value=new,
