@@ -1,10 +1,12 @@
-"""softmax over the last dim of a spec's layout; calls with dtype= (a torch.dtype,
-which a declared sample, JSON in the wheel, cannot hold)."""
+"""softmax and log_softmax over the last dim of a spec's layout; calls with dtype= (a
+torch.dtype, which a declared sample, JSON in the wheel, cannot hold)."""
 
 import torch
 
 from tests.calls import Call
 from tests.gpu.layouts import spec_shape, strided
+
+OPS = ("softmax", "log_softmax")
 
 
 def num_tensors(variant):
@@ -14,7 +16,8 @@ def num_tensors(variant):
 def run(nt, variant, spec, dtype, bucket):
     shape = spec_shape(variant["ndim"], spec)
     x = strided(shape, dtype, unit=spec.unit[0], aligned=spec.aligned, wide=spec.width == 64)
-    return nt.softmax(x, -1), torch.softmax(x, -1)
+    op = variant["op"]
+    return getattr(nt, op)(x, -1), getattr(torch, op)(x, -1)
 
 
 def calls(name, dtype):
