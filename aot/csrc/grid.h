@@ -1,4 +1,4 @@
-/* The integer functions launch grids are written in: aot/cexpr.py turns each kernel's
+/* The integer functions launch grids are written in: aot/package/cexpr.py turns each kernel's
  * grid (a Python expression over sizes) into C that calls these, and the rendered
  * kernels.c includes them. Core: nothing here needs CUDA or Python. */
 #ifndef NTOPS_GRID_H
