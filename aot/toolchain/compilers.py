@@ -17,7 +17,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import os
 import pathlib
+import shutil
+import tempfile
+import weakref
 from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
@@ -30,6 +34,19 @@ from .targets import Target
 class Toolchain:
     def __init__(self, scratch: pathlib.Path) -> None:
         self.scratch = scratch  # nothing is made there until a kernel is generated
+
+    @functools.cached_property
+    def sources(self) -> pathlib.Path:
+        """Where ninetoothed writes each generated kernel's source before it is read back:
+        a folder of this toolchain's own, removed with it. ninetoothed writes a source
+        only where its file does not exist yet, so in a folder shared with another
+        process (two builds on one cache, two workers) a reader could meet a file that
+        is still being written."""
+        parent = self.scratch / "ninetoothed"
+        parent.mkdir(parents=True, exist_ok=True)
+        folder = pathlib.Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=parent))
+        weakref.finalize(self, shutil.rmtree, folder, True)
+        return folder
 
     @functools.cached_property
     def ninetoothed(self) -> Ninetoothed:
@@ -69,7 +86,7 @@ class Toolchain:
         with (
             triton.knobs.cache.scope(),
             triton.knobs.compilation.scope(),
-            self.ninetoothed.cache_dir(self.scratch / "ninetoothed"),
+            self.ninetoothed.cache_dir(self.sources),
         ):
             triton.knobs.cache.dir = str(self.scratch / "triton")
             # Line tables would embed build paths in every cubin: two machines building

@@ -173,6 +173,34 @@ def test_the_cache_dir_is_shared_through_the_environment(project, reference):
     assert again.sha256 == reference.sha256
 
 
+def test_two_builds_at_once_share_one_cache_safely(project, reference):
+    """Two processes building the same selection into one --cache-dir at the same time
+    (two CI jobs on a shared cache, say) both write whole entries: each gets the wheel
+    a build alone gets, and a third build finds everything cached."""
+    cache = project.root / "shared-cache"
+    runs = []
+    for name in ("one", "two"):
+        out, build_dir = project.root / "out" / name, project.root / f"gen-{name}"
+        command = project.command(
+            "build", *SELECTION, "--build-dir", build_dir, "--out", out, "--cache-dir", cache
+        )
+        process = subprocess.Popen(
+            command, cwd=project.root, env=project.environ(), text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        runs.append((process, out))
+    for process, out in runs:
+        stdout, stderr = process.communicate(timeout=600)
+        built = Build(
+            subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr), out
+        )
+        assert built.ok().sha256 == reference.sha256
+    third = project.build("third", "--cache-dir", cache).ok()
+    assert (third.compiled, third.cached) == ("0", "6")
+    assert third.sha256 == reference.sha256
+    assert not list(cache.rglob("*.partial")), "a torn entry was left behind"
+
+
 def test_a_killed_build_finishes_from_the_cache_with_the_same_bytes(project, reference):
     out = project.root / "out" / "killed"
     process = subprocess.Popen(

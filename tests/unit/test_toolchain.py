@@ -62,3 +62,19 @@ def test_the_pin_is_read_from_the_installed_requirements():
     assert versions.pinned("triton") == versions.installed("triton")
     assert versions.pinned("click") is None  # click>=8.1: a floor, not a pin
     ninetoothed_adapter.check_version()
+
+
+def test_each_toolchain_writes_ninetoothed_sources_in_a_folder_of_its_own(tmp_path):
+    """Two toolchains on one scratch folder (two workers, two builds on one cache) never
+    share the folder ninetoothed writes sources to and reads them back from; it goes
+    with its toolchain."""
+    import gc
+
+    first, second = Toolchain(tmp_path), Toolchain(tmp_path)
+    assert first.sources != second.sources
+    assert first.sources.parent == second.sources.parent == tmp_path / "ninetoothed"
+    folder = first.sources
+    del first
+    gc.collect()
+    assert not folder.exists()
+    assert second.sources.is_dir()
