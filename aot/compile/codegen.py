@@ -19,7 +19,7 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..declare.arguments import Arg, arguments, parameters
+from ..declare.arguments import Arg, parameters
 from ..declare.registry import OpDef
 from ..declare.space import Config, Spec, Variant
 from ..errors import UnsupportedKernel
@@ -92,8 +92,7 @@ def _generate(
     num_warps = config.num_warps or default_warps
     num_stages = config.num_stages or default_stages
     function = f"ntops_{variant.op}"
-    names, tensors, *_ = _premade(ninetoothed, op, variant, config, None)
-    args = arguments(op.name, op.space, names, tensors)
+    args = op.arguments(variant, config)
     generated: dict[Spec | None, Generation] = {}
     kernels = []
     for spec in specializations(op, variant, args):
@@ -128,15 +127,13 @@ def _generate(
 
 
 def specs(
-    toolchain: Toolchain,
     op: OpDef,
     variant: Variant,
     config: Config,
     keep: Callable[[Spec], bool] = lambda spec: True,
 ) -> list[Spec]:
     """The specialisations `generate` would make (without generating them)."""
-    names, tensors, *_ = _premade(toolchain.ninetoothed, op, variant, config, None)
-    args = arguments(op.name, op.space, names, tensors)
+    args = op.arguments(variant, config)
     return [spec for spec in specializations(op, variant, args) if keep(spec)]
 
 

@@ -40,7 +40,7 @@ def compile_variant(
             num_warps=options.num_warps or build.config.num_warps,
             num_stages=options.num_stages or build.config.num_stages,
         )
-        specs = codegen.specs(toolchain, op, variant, config, keep=_selector(build))
+        specs = codegen.specs(op, variant, config, keep=selector(build))
         missing = [spec for spec in specs if (config.key, spec.name) not in compiled]
         generated = codegen.generate(toolchain, op, variant, config, keep=missing.__contains__)
         for kernel in generated:
@@ -58,7 +58,7 @@ def compile_variant(
     return kernels
 
 
-def _selector(build: Build) -> Callable[[Spec], bool]:
+def selector(build: Build) -> Callable[[Spec], bool]:
     def keep(spec: Spec) -> bool:
         if build.aligned is not None and spec.aligned != build.aligned:
             return False

@@ -20,7 +20,7 @@ import time
 
 from ntops_aot.aot.compile import codegen
 from ntops_aot.aot.compile.cubins import compile_kernel
-from ntops_aot.aot.compile.variant import _selector  # the specialisations a build keeps
+from ntops_aot.aot.compile.variant import selector
 from ntops_aot.aot.config import BuildOptions
 from ntops_aot.aot.declare import registry
 from ntops_aot.aot.plan.stage import plan
@@ -54,7 +54,7 @@ def profile(variant, builds, options, toolchain):
                 num_stages=options.num_stages or build.config.num_stages,
             )
             start = time.perf_counter()
-            generated = codegen.generate(toolchain, op, variant, config, keep=_selector(build))
+            generated = codegen.generate(toolchain, op, variant, config, keep=selector(build))
             spent["codegen"] += time.perf_counter() - start
             for kernel in generated:
                 compile_kernel(toolchain, kernel)
