@@ -29,7 +29,7 @@ from ntops_aot.aot.toolchain.compilers import Toolchain
 STAGES = ("frontend", "ttir", "ttgir", "llir", "ptx", "cubin")
 
 
-def profile(variant, builds, options, toolchain):
+def profile(variant, builds, options, toolchain, per_kernel=False):
     """{stage: seconds} of one variant, its code generation as "codegen", summed over
     its specialisations, and how many kernels it compiled."""
     import triton
@@ -57,8 +57,12 @@ def profile(variant, builds, options, toolchain):
             generated = codegen.generate(toolchain, op, variant, config, keep=selector(build))
             spent["codegen"] += time.perf_counter() - start
             for kernel in generated:
+                before = sum(v for k, v in spent.items() if k != "codegen")
                 compile_kernel(toolchain, kernel)
                 kernels += 1
+                if per_kernel:
+                    after = sum(v for k, v in spent.items() if k != "codegen")
+                    print(f"  {kernel.id:70s} {after - before:6.2f} s", flush=True)
     return spent, kernels
 
 
@@ -67,6 +71,7 @@ def main():
     parser.add_argument("--arch", default="sm_90")
     parser.add_argument("--variants", nargs="+", required=True, help="globs over variant ids")
     parser.add_argument("--json", help="also write the figures here")
+    parser.add_argument("--per-kernel", action="store_true", help="print each kernel's time")
     args = parser.parse_args()
     scratch = pathlib.Path(tempfile.mkdtemp(prefix="ntops-aot-profile-"))
     options = BuildOptions(
@@ -77,7 +82,9 @@ def main():
     rows = []
     print(f"{'variant':60s} {'kernels':>7s} " + " ".join(f"{s:>8s}" for s in ("codegen", *STAGES)))
     for variant in planned.variants:
-        spent, kernels = profile(variant, planned.builds[variant.id], options, toolchain)
+        spent, kernels = profile(
+            variant, planned.builds[variant.id], options, toolchain, args.per_kernel
+        )
         rows.append({"variant": variant.id, "kernels": kernels, **dict(spent)})
         figures = " ".join(f"{spent[s]:8.2f}" for s in ("codegen", *STAGES))
         print(f"{variant.id:60s} {kernels:7d} {figures}", flush=True)
