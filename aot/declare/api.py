@@ -106,7 +106,10 @@ class Api:
     `name`: the torch name, the op's by default (a file's kernels may serve more
     functions: matmul is mm's and bmm's); `kernel`: the parameters passed to the
     kernel, in premake's order (by default every parameter but out=, inplace= and
-    those that pick a value switch); `written`: arguments the function writes with
+    those that pick a value switch, then the `bound` ones); `bound`: kernel
+    parameters this function passes as constants, so that one kernel serves several
+    functions (`{"comparison": 2}`: lt of the comparison kernel, which eq and the
+    others share: one compile where there were six); `written`: arguments the function writes with
     another argument's values before it computes ({"present_key_slot": "present_key"}:
     a KV cache's new entries into their slots), which a traced call writes as
     `slot.copy_(present)`, in the graph's order, leaving both out of the op."""
@@ -123,6 +126,7 @@ class Api:
     # reduces in another order (attention's softmax in half types, say).
     tolerance: Mapping[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
     written: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    bound: Mapping[str, int | float | bool] = dataclasses.field(default_factory=dict)
 
     def params(self) -> tuple[Param, ...]:
         return parse(self.signature)
@@ -163,6 +167,7 @@ def describe(
     if kernel is None:
         skipped = {"out", "inplace", *(s for s, rule in picks.items() if rule == "value")}
         kernel = tuple(param.name for param in params if param.name not in skipped)
+        kernel += tuple(api.bound)
     return {
         "name": name,
         "op": op,
@@ -177,6 +182,7 @@ def describe(
             for switch, rule in picks.items()
         },
         "kernel": list(kernel),
+        "bound": dict(api.bound),
         "writes": writes,
         "reference": api.reference,
         "wrapper": api.wrapper,
@@ -204,6 +210,17 @@ def _check(name: str, api: Api, params: tuple[Param, ...], switches: Any, module
         if unknown:
             raise ValueError(f"{module}: sample {index} of {name} has unknown {sorted(unknown)}")
     types = {param.name: param.type for param in params}
+    clashing = set(api.bound) & names
+    if clashing:
+        raise ValueError(
+            f"{module}: {name} binds {sorted(clashing)}, which are parameters of its "
+            "signature: a bound kernel parameter is a constant the caller never passes"
+        )
+    if api.bound and api.wrapper is not None:
+        raise ValueError(f"{module}: {name} has a wrapper, which passes its kernel's arguments")
+    for bound, value in api.bound.items():
+        if type(value) not in (int, float, bool):
+            raise ValueError(f"{module}: {name} binds {bound} to {value!r}: a number or a bool")
     for written, source in api.written.items():
         if types.get(written) != "Tensor?" or types.get(source) != "Tensor?":
             raise ValueError(

@@ -22,7 +22,7 @@ from . import api
 from .arguments import Arg, arguments, own_dtype, parameters
 from .dims import named_dims
 from .limits import NT_MAX_ARGS, NT_MAX_DIMS
-from .space import ALL, DTYPES, Config, Spec, Tuning, Variant, VariantSpace, group_key
+from .space import ALL, DTYPES, FALLBACK, Config, Spec, Tuning, Variant, VariantSpace, group_key
 
 KERNELS_PACKAGE = "ntops_aot.kernels"
 
@@ -48,6 +48,15 @@ class OpInfo:
     @property
     def buckets(self) -> tuple[str, ...]:
         return self.tuning.names if self.tuning else (ALL,)
+
+    @property
+    def aliases(self) -> tuple[str, ...]:
+        """The generated functions of other names that call the op's kernels (eq, ne,
+        ... of `comparison`): each gets launcher groups of its own name, over the op's
+        kernels, so that what a call gets back names the function it made."""
+        return tuple(
+            api["name"] for api in self.apis if api["wrapper"] is None and api["name"] != self.name
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,6 +168,8 @@ def read_op(module: str, toolchain: Toolchain) -> OpInfo | None:
     for variant in every_variant(name, space):
         buckets = op.tuning.names if op.tuning else (ALL,)
         defaults[variant.id] = {b: op.config(variant, b) for b in buckets}
+        if op.tuning and op.tuning.fallback:
+            defaults[variant.id][FALLBACK] = op.config(variant, FALLBACK)
         candidates[variant.id] = {b: op.candidates(variant, b) for b in buckets}
     apis = op.apis()
     check(op, defaults)
@@ -176,6 +187,7 @@ def check(op: OpDef, defaults: Mapping[str, Mapping[str, Config]]) -> None:
             key = group_key(op.name, switches)
             calls = [(v, op.arguments(v, next(iter(defaults[v.id].values())))) for v in variants]
             _check_group(op, key, dict(switches), calls)
+            _check_passed(op, key, calls[0][1])
     except UnsupportedKernel as error:
         raise UnsupportedKernel(f"{op.module.__name__}: {error}") from error
 
@@ -214,6 +226,19 @@ def _check_group(
                 raise UnsupportedKernel(
                     f"{key}: TUNING key {(name, dim)} is not a negative dim of an argument"
                 )
+
+
+def _check_passed(op: OpDef, key: str, args: tuple[Arg, ...]) -> None:
+    """A generated function passes its kernel the parameters its API names, bound
+    ones included, in the application's order: the launcher reads them by position."""
+    expected = [arg.name for arg in args if not arg.output]
+    for described in op.apis():
+        if described["wrapper"] is None and described["kernel"] != expected:
+            raise UnsupportedKernel(
+                f"{key}: {described['name']} passes its kernel {described['kernel']}, but the "
+                f"application takes {expected} (and its outputs): name them alike, or "
+                "give Api(kernel=...) or Api(bound=...)"
+            )
 
 
 def every_variant(name: str, space: VariantSpace) -> list[Variant]:

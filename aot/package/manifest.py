@@ -79,6 +79,15 @@ def manifest(
                     group_key(name, switches): dict(switches)
                     for switches in op.space.all_switch_choices()
                 },
+                # Launcher groups of functions named otherwise (OpInfo.aliases), over the
+                # op's kernels.
+                "functions": {
+                    function: {
+                        group_key(function, switches): dict(switches)
+                        for switches in op.space.all_switch_choices()
+                    }
+                    for function in op.aliases
+                },
                 "tuning": _tuning(op.tuning),
                 "apis": [dict(api) for api in op.apis],
             }

@@ -53,6 +53,7 @@ class GroupDef:
     coalesce: str
     in_place: bool
     bucket_keys: tuple[tuple[str, int], ...] = ()
+    of: str | None = None  # an alias's: the group whose kernels it calls (listed before it)
 
 
 def environment() -> jinja2.Environment:
@@ -85,6 +86,10 @@ def render_extension(
     ordered: list[tuple[CompiledKernel, bool]] = []  # (kernel, as PTX)
     group_values = []
     for group in groups:
+        if group.of is not None:  # an alias: another name for a group's kernels
+            target = next(value for value in group_values if value["key"] == group.of)
+            group_values.append(target | {"key": group.key, "op": group.op})
+            continue
         members = sorted(
             by_group[group.key],
             # Stable: within a variant, specs keep codegen's most-specialised-first order.

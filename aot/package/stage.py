@@ -7,6 +7,7 @@ writes the wheels: the only stage that writes outside the cache.
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 from collections.abc import Sequence
 
@@ -63,18 +64,19 @@ def _write_wheel(
 
 
 def _groups(planned: Plan) -> list[GroupDef]:
-    """Every op's kernel groups, built or not: the wheel's registry names them all."""
-    return [
-        GroupDef(
-            group_key(name, switches),
-            name,
-            op.space.coalesce,
-            op.space.allows_in_place,
-            op.tuning.keys if op.tuning else (),
-        )
-        for name, op in planned.ops.items()
-        for switches in op.space.all_switch_choices()
-    ]
+    """Every op's kernel groups, built or not: the wheel's registry names them all; then
+    the groups of its aliases (functions of other names over its kernels)."""
+    found, aliases = [], []
+    for name, op in planned.ops.items():
+        keys = op.tuning.keys if op.tuning else ()
+        for switches in op.space.all_switch_choices():
+            key = group_key(name, switches)
+            found.append(GroupDef(key, name, op.space.coalesce, op.space.allows_in_place, keys))
+            aliases += [
+                dataclasses.replace(found[-1], key=group_key(alias, switches), op=alias, of=key)
+                for alias in op.aliases
+            ]
+    return found + aliases
 
 
 def ptx_kernels(kernels: Sequence[CompiledKernel]) -> list[CompiledKernel]:

@@ -36,14 +36,31 @@ def scan(
 
 
 def select_ops(ops: Mapping[str, OpInfo], patterns: Iterable[str]) -> list[str]:
-    """Op names matching `patterns` ("all", names or globs such as 'soft*')."""
+    """Op names matching `patterns` ("all", names or globs such as 'soft*'): an op
+    matches by its name or by a function it serves (`eq` selects `comparison`)."""
     chosen: dict[str, None] = {}
     for pattern in patterns:
-        matches = list(ops) if pattern == "all" else fnmatch.filter(ops, pattern)
+        matches = [
+            name
+            for name, op in ops.items()
+            if pattern == "all"
+            or fnmatch.fnmatchcase(name, pattern)
+            or fnmatch.filter([api["name"] for api in op.apis], pattern)
+        ]
         if not matches:
-            raise UsageError(f"no op matches {pattern!r}; ops: {', '.join(ops)}")
+            raise UsageError(f"no op matches {pattern!r}; ops: {_listing(ops)}")
         chosen.update(dict.fromkeys(matches))
     return sorted(chosen)
+
+
+def _listing(ops: Mapping[str, OpInfo]) -> str:
+    """`abs, add, ..., comparison (eq, ne, lt, le, gt, ge), ...`: each op, and the
+    functions it serves where they are named otherwise."""
+    parts = []
+    for name, op in ops.items():
+        functions = [api["name"] for api in op.apis]
+        parts.append(name if functions in ([], [name]) else f"{name} ({', '.join(functions)})")
+    return ", ".join(parts)
 
 
 def select_arches(names: Iterable[str]) -> list[str]:

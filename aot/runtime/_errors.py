@@ -13,8 +13,14 @@ class NotBuiltError(RuntimeError):
 def not_built(group, capability, dtype, ndim):
     """Called by the launcher: the exception to raise for `group` on this call."""
     built = manifest()
-    op = next(name for name, info in built["ops"].items() if group in info["groups"])
+    op, function, switches = next(
+        (name, function, keys[group])
+        for name, info in built["ops"].items()
+        for function, keys in [(name, info["groups"]), *info.get("functions", {}).items()]
+        if group in keys
+    )
     space = built["ops"][op]
+    group = next(key for key, values in space["groups"].items() if values == switches)
     shorts = {torch_name: short for short, torch_name in built["dtypes"].items()}
     dtype_name = str(dtype).removeprefix("torch.") if dtype is not None else None
     dtype_short = shorts.get(dtype_name)
@@ -22,7 +28,7 @@ def not_built(group, capability, dtype, ndim):
     asked = [f"arch {arch}"] if arch else []
     asked += [f"dtype {dtype_name}"] if dtype_name else []
     asked += [f"{ndim} dim{'s' if ndim > 1 else ''} after merging contiguous dims"] if ndim else []
-    name = f"{op}{_switches(space['groups'][group])}"
+    name = f"{function}{_switches(switches)}"
     details = f" ({', '.join(asked)})" if asked else ""
     lines = [f"ntops_prebuilt.{name}: no prebuilt kernel for this call{details}."]
 
@@ -37,20 +43,20 @@ def not_built(group, capability, dtype, ndim):
     mine = [v for v in built["variants"] if v["group"] == group and v["kernels"]]
     if not mine:
         ops = sorted({v["op"] for v in built["variants"] if v["kernels"]})
-        lines.append(f"This wheel has no {op} kernels; it has {', '.join(ops) or 'none'}.")
+        lines.append(f"This wheel has no {function} kernels; it has {', '.join(ops) or 'none'}.")
     else:
         lines.append(
-            f"This wheel has {op} for arches {_listed(v['arch'] for v in mine)}; "
+            f"This wheel has {function} for arches {_listed(v['arch'] for v in mine)}; "
             f"dtypes {_listed(v['dtype'] for v in mine)}; ndims {_listed(v['ndim'] for v in mine)}."
         )
     if dtype_name and dtype_short not in space["dtypes"]:
         lines.append(
-            f"{op} takes {', '.join(space['dtypes'])} only: convert the input, "
+            f"{function} takes {', '.join(space['dtypes'])} only: convert the input, "
             f"e.g. with .to(torch.{built['dtypes'][space['dtypes'][-1]]})."
         )
     elif ndim and ndim > max(space["ndims"]):
         lines.append(
-            f"{op} kernels take at most {max(space['ndims'])} dims: make the tensors "
+            f"{function} kernels take at most {max(space['ndims'])} dims: make the tensors "
             "contiguous (.contiguous()) so that their dims merge."
         )
     elif arch and arch not in built.get("targets", [arch]):
