@@ -332,3 +332,42 @@ def test_shards_merge_into_the_wheel_of_a_single_build(project, reference):
     mixed = project.run("merge", files[0], other_shard, "--out", "mixed")
     assert mixed.returncode == 6
     assert "ndims" in mixed.stderr
+
+
+def test_the_example_ci_workflow_builds_shards_and_merges_them(project, reference):
+    """docs/ci/build-wheel.yml's commands, as its jobs run them, at small scale: its
+    build step once per shard of its matrix (a selection made small through the
+    options' environment variables), then its merge step; the wheel is the one a
+    single build writes."""
+    workflow = (ROOT / "docs" / "ci" / "build-wheel.yml").read_text()
+    steps = dict(re.findall(r"- name: (.+)\n\s+run: (.+)", workflow))
+    matrix = re.search(r"shard: \[([\d, ]+)\]", workflow)[1].split(", ")
+    shards = re.search(r"SHARDS: (\d+)", workflow)[1]
+    assert len(matrix) == int(shards)
+    environ = project.environ(
+        {
+            "ARCHES": "sm_80",
+            "OPS": "abs,neg,rms_norm",
+            "SHARDS": "2",
+            "NTOPS_AOT_DTYPES": "fp16",
+            "NTOPS_AOT_NDIMS": "1,2",
+            "NTOPS_AOT_BUILD_DIR": str(project.root / "gen"),
+        }
+    )
+    cli = " ".join([sys.executable, "-m", "ntops_aot.cli.main"])
+
+    def run(step, shard=None):
+        command = steps[step].replace(".venv/bin/ntops-aot", cli)
+        command = command.replace("${{ matrix.shard }}", str(shard))
+        done = subprocess.run(
+            ["bash", "-c", command], cwd=project.root, env=environ, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        return done
+
+    for shard in (1, 2):
+        run("Build shard", shard)
+    assert len(list((project.root / "shards").glob("*"))) == 2
+    run("Merge")
+    (wheel,) = (project.root / "dist").glob("*.whl")
+    assert hashlib.sha256(wheel.read_bytes()).hexdigest() == reference.sha256
