@@ -22,7 +22,7 @@ from . import api
 from .arguments import Arg, arguments, own_dtype, parameters
 from .dims import named_dims
 from .limits import NT_MAX_ARGS, NT_MAX_DIMS
-from .space import ALL, DTYPES, FALLBACK, Config, Spec, Tuning, Variant, VariantSpace, group_key
+from .space import ALL, DTYPES, Config, Spec, Tuning, Variant, VariantSpace, group_key
 
 KERNELS_PACKAGE = "ntops_aot.kernels"
 
@@ -168,8 +168,6 @@ def read_op(module: str, toolchain: Toolchain) -> OpInfo | None:
     for variant in every_variant(name, space):
         buckets = op.tuning.names if op.tuning else (ALL,)
         defaults[variant.id] = {b: op.config(variant, b) for b in buckets}
-        if op.tuning and op.tuning.fallback:
-            defaults[variant.id][FALLBACK] = op.config(variant, FALLBACK)
         candidates[variant.id] = {b: op.candidates(variant, b) for b in buckets}
     apis = op.apis()
     check(op, defaults)

@@ -255,7 +255,6 @@ UNBOUNDED = 2**63 - 1  # the largest bucket key size, as the launcher stores it 
 Range = tuple[int, int]  # key sizes, inclusive
 EVERY: Range = (0, UNBOUNDED)
 ALL = "all"  # the one bucket of ops without a TUNING
-FALLBACK = "fallback"  # not a bucket: the configuration of a Tuning(fallback=True)'s fallbacks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -310,11 +309,6 @@ class Tuning:
     switch_options: Mapping[str, Mapping[str, Mapping[str, bool | int | float | str]]] = (
         dataclasses.field(default_factory=dict)
     )
-    # True: the kernels the aligned ones leave the rest of the calls to (the generic and
-    # 64-bit specialisations, every bucket's calls) take the kernel file's
-    # `config(variant, FALLBACK)`, not the last bucket's: per-element offsets over runtime
-    # strides need smaller tiles than aligned loads do.
-    fallback: bool = False
 
     def __post_init__(self) -> None:
         names = [bucket.name for bucket in self.buckets]

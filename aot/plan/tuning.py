@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import config
-from ..declare.space import ALL, FALLBACK, Config, Range, Tuning, Variant
+from ..declare.space import ALL, Config, Range, Tuning, Variant
 from ..errors import TuningError
 from .builds import Build
 
@@ -162,8 +162,7 @@ def builds(
     configuration and serve one rectangle of key sizes; for the rest (unaligned and
     64-bit fallbacks, serving every bucket) the last bucket's declared default, which
     the kernel file vouches for with every kind of load (a winner may use what only
-    TMA loads allow, such as warp specialisation), or its FALLBACK configuration where
-    its TUNING declares one."""
+    TMA loads allow, such as warp specialisation)."""
     if tuning is None:
         return (Build(choices[ALL].config),)
     ranges = tuning.ranges()
@@ -178,7 +177,7 @@ def builds(
     found = [
         Build(config, served, "@" + "+".join(names), aligned=True) for config, served, names in runs
     ]
-    found.append(Build(defaults.get(FALLBACK, defaults[tuning.names[-1]]), aligned=False))
+    found.append(Build(defaults[tuning.names[-1]], aligned=False))
     return tuple(found)
 
 
