@@ -5,9 +5,13 @@ The kernel (blocks of the rows of a GQA group's queries; keys split into parts u
 queries) is _lib/attention.py's, its configurations and their buckets
 tuning/attention.py's. Head dims 32, 64, 96, 128 and 256.
 
-`mask` is one switch: none, causal (with an offset: 0 for the upper-left variant,
+`mask` is one switch: causal (with an offset: 0 for the upper-left variant,
 seq_kv - seq_q for lower-right), or a bool or float tensor broadcast to
-(batch, heads_q, seq_q, seq_kv). Rows with every key masked give 0. Products are
+(batch, heads_q, seq_q, seq_kv). Rows with every key masked give 0. A call without a
+mask runs the causal kernel with the diagonal past the last key (offset seq_kv): every
+block of keys lies below it, so it takes the unmasked loop an unmasked kernel would
+(the same time, measured side by side), and a build compiles a quarter fewer attention
+kernels. Products are
 IEEE ("ieee" input precision), as torch's fp32 attention computes them: fp32 inputs
 never go through TF32; for fp16 and bf16 the precision changes nothing.
 """
@@ -28,13 +32,17 @@ from ._lib.attention import attend, fold, merge  # noqa: F401
 from ._lib.parts import arrive, claim, partial_results  # noqa: F401
 from .tuning import attention as tuning
 
-MASKS = ("none", "causal", "bool", "float")
+# The masks, with the kind `attend` reads (0, no mask, is causal past the last key).
+MASKS = {"causal": 1, "bool": 2, "float": 3}
 SPACE = VariantSpace(
     dtypes=FLOATS,
     ndims=(4,),
-    switches={"head_dim": ("32", "64", "96", "128", "256"), "mask": MASKS},
+    switches={"head_dim": ("32", "64", "96", "128", "256"), "mask": tuple(MASKS)},
     coalesce="none",
     unspecialized=("mask",),
+    # The 32-bit generic kernel stays, though it costs a quarter of attention's build
+    # time: the 64-bit one in its place measured 1.17x (causal 1.5x) slower at prefill on
+    # misaligned or strided queries (H100, 2026-11-26, tests/benchmarks/bench_build_cuts.py).
     specs=("aligned", "generic", "wide"),
     in_place=False,
     workspace="workspace",
@@ -84,8 +92,8 @@ TUNING = Tuning(
     key2=("key", -2),
     buckets=tuning.BUCKETS,
     specs=("i32-u333333-a16", "i32-u333333x-a16"),
+    # The tuner times unmasked calls: they run the causal kernel (past the last key).
     options={"enable_gqa": True},
-    switch_options={"mask": {"causal": {"is_causal": True}}},
 )
 config = tuning.config
 candidates = tuning.candidates
@@ -93,20 +101,9 @@ workspace = attention.workspace
 arrangement = attention.arrangement
 
 
-# `attend` over the source tensors (attention.attend_tensors, inlined by ninetoothed): no
-# mask, a causal offset, or a mask tensor's pointer and strides.
+# `attend` over the source tensors (attention.attend_tensors, inlined by ninetoothed): a
+# causal offset, or a mask tensor's pointer and strides.
 def application(
-    output, query, key, value, present_key, present_value, appended, scale, workspace, launch,
-    block_m, block_n, block_d, kind, split, precision, tma,
-):  # fmt: skip
-    attention.attend_tensors(
-        output, query, key, value, present_key, present_value, appended,
-        output.source.data_ptr(), 0, 0, 0, 0, scale, 0, workspace, launch,
-        block_m, block_n, block_d, kind, split, precision, tma,
-    )  # fmt: skip
-
-
-def application_causal(
     output, query, key, value, present_key, present_value, appended, scale, offset,
     workspace, launch, block_m, block_n, block_d, kind, split, precision, tma,
 ):  # fmt: skip
@@ -131,15 +128,14 @@ def application_masked(
 
 
 APPLICATIONS = {
-    "none": application,
-    "causal": application_causal,
+    "causal": application,
     "bool": application_masked,
     "float": application_masked,
 }
 
 
 def premake(
-    ndim, dtype, head_dim="64", mask="none", block_size_m=64, block_size_n=64,
+    ndim, dtype, head_dim="64", mask="causal", block_size_m=64, block_size_n=64,
     block_size_d=64, split=1, tma=False, spec=None,
 ):  # fmt: skip
     def attention_tensor(**options):
@@ -148,14 +144,13 @@ def premake(
     output, query, key, value, present_key, present_value = (attention_tensor() for _ in range(6))
     scale = Tensor(0, dtype=ninetoothed.float32)
     middle = {
-        "none": (scale,),
         "causal": (scale, Tensor(0, dtype=ninetoothed.int32)),
         "bool": (Tensor(4, dtype="i1"), scale),
         "float": (Tensor(4, dtype=dtype), scale),
     }[mask]
     workspace, launch = Tensor(1, dtype=ninetoothed.int32), Tensor(0, dtype=ninetoothed.int64)
     blocks = (block_size_m, block_size_n, block_size_d)
-    fixed = attention.constants(dtype, spec, blocks, MASKS.index(mask), split, tma)
+    fixed = attention.constants(dtype, spec, blocks, MASKS[mask], split, tma)
     arrange = functools.partial(arrangement, block_size_m=block_size_m)
     appended = Tensor(0, dtype=ninetoothed.int32)
     present = (present_key, present_value, appended)

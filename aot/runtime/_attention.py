@@ -14,8 +14,9 @@ from ._library import fake, increment_versions, routed
 _launch = _C.launch
 _SWITCHES = _ops.SWITCHES["scaled_dot_product_attention"]
 _HEAD_DIMS = tuple(int(head_dim) for head_dim in _SWITCHES["head_dim"])
-# kernels/scaled_dot_product_attention.py's MASKS: none, causal, a bool or a float tensor.
-_NONE, _CAUSAL, _BOOL, _FLOAT = _SWITCHES["mask"]
+# kernels/scaled_dot_product_attention.py's MASKS: causal, a bool or a float tensor (no
+# mask: causal with the diagonal past the last key).
+_CAUSAL, _BOOL, _FLOAT = _SWITCHES["mask"]
 _SDPA = {
     (int(head_dim), mask): group
     for (head_dim, mask), group in check.groups(
@@ -226,8 +227,8 @@ def scaled_dot_product_attention(
         group = _SDPA[head_dim, _CAUSAL]
         offset = seq_kv - seq_q if lower_right else 0
         _launch(group, rows, query, key, value, *present, scale, offset)
-    elif mask is None:
-        _launch(_SDPA[head_dim, _NONE], rows, query, key, value, *present, scale)
+    elif mask is None:  # every key below the diagonal: the unmasked loop
+        _launch(_SDPA[head_dim, _CAUSAL], rows, query, key, value, *present, scale, seq_kv)
     else:
         kind = _BOOL if attn_mask.dtype == torch.bool else _FLOAT
         _launch(_SDPA[head_dim, kind], rows, query, key, value, *present, mask, scale)

@@ -22,7 +22,11 @@ def _ordinary():
         from ntops_prebuilt import _ops
     except ImportError:
         return {}
-    return {api["op"]: api for api in _ops.APIS if api["wrapper"] is None}
+    found = {}
+    for api in _ops.APIS:  # a kernel several functions share: the first's call
+        if api["wrapper"] is None:
+            found.setdefault(api["op"], api)
+    return found
 
 
 ORDINARY = _ordinary()
@@ -86,7 +90,8 @@ def pytest_generate_tests(metafunc):
 def _num_tensors(variant):
     op, switches = variant["op"], variant["switches"]
     if op in ORDINARY:  # the tensors among the kernel's parameters, and the output
-        return 1 + sum(_is_tensor(ORDINARY[op], name, switches) for name in ORDINARY[op]["kernel"])
+        api = ORDINARY[op]
+        return 1 + sum(_is_tensor(api, name, switches) for name in _passed(api))
     return _maker(op).num_tensors(variant)
 
 
@@ -100,6 +105,11 @@ def _maker(op):
             "bucket) to lay out its kernels' inputs; see tests/ops/__init__.py"
         )
     return found
+
+
+def _passed(api):
+    """The kernel parameters a call passes: the function passes its bound ones."""
+    return [name for name in api["kernel"] if name not in api.get("bound", {})]
 
 
 def _is_tensor(api, name, switches):
@@ -128,7 +138,7 @@ def _declared(nt, api, variant, spec, dtype):
     wide = spec.width == 64
     units = iter(spec.unit)
     arguments = {}
-    for name in api["kernel"]:
+    for name in _passed(api):
         if _is_tensor(api, name, switches):
             arguments[name] = strided(
                 shape, dtype, unit=next(units), aligned=spec.aligned, wide=wide, domain=domain
@@ -142,7 +152,7 @@ def _declared(nt, api, variant, spec, dtype):
             nullable = any(p["name"] == switch and p["type"] == "str?" for p in api["params"])
             value = switches[switch]
             arguments[switch] = None if nullable and value == _ops.NONE else value
-    first = api["kernel"][0]
+    first = _passed(api)[0]
     named = {name: value for name, value in arguments.items() if name != first}
     reference = resolve(api["reference"])
     expected = reference(arguments[first], **named)

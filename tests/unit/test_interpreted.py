@@ -343,16 +343,20 @@ def check_comparisons_and_bitwise(make):
     x = torch.randint(-5, 5, (300,), dtype=torch.int32)
     y = torch.randint(-5, 5, (300,), dtype=torch.int32)
     result = torch.empty(300, dtype=torch.bool)
-    for op in ("lt", "le", "gt", "ge", "eq", "ne"):
+    halves = torch.tensor([0.5, -1.0, float("nan"), 2.0, -0.0, float("inf")] * 50)
+    for code, op in enumerate(("eq", "ne", "lt", "le", "gt", "ge")):
         reference = getattr(torch, op)
-        make(op, 1, "i32")(x, y, result)
+        make("comparison", 1, "i32")(x, y, code, result)
         assert torch.equal(result, reference(x, y)), op
-        make(op, 1, "i32", other="scalar")(x, 3, result)
+        make("comparison", 1, "i32", other="scalar")(x, 3, code, result)
         assert torch.equal(result, reference(x, 3)), op
+        other = halves.roll(1)
+        make("comparison", 1, "fp32")(halves, other, code, result)
+        assert torch.equal(result, reference(halves, other)), op  # NaN: only ne holds
     ints = torch.empty_like(x)
-    make("bitwise_and", 1, "i32")(x, y, ints)
+    make("bitwise", 1, "i32")(x, y, 0, ints)
     assert torch.equal(ints, x & y)
-    make("bitwise_or", 1, "i32", other="scalar")(x, 6, ints)
+    make("bitwise", 1, "i32", other="scalar")(x, 6, 1, ints)
     assert torch.equal(ints, x | 6)
     flags = x > 0
     make("bitwise_not", 1, "i1")(flags, result)
@@ -509,7 +513,7 @@ def check_attention(make):
     """Unsplit (prefill's configuration): rows of a block from two query heads, key
     lengths no block divides, every mask, with and without new KV-cache entries; then
     split keys (decode's) directly."""
-    for mask in ("none", "causal", "bool", "float"):
+    for mask in ("none", "causal", "bool", "float"):  # none: causal past the last key
         for seq_q, seq_kv, appended in ((37, 53, 0), (37, 53, 37), (3, 40, 3), (1, 1, 1)):
             attention_with(make, mask, seq_q, seq_kv, appended)
     check_split_attention()
@@ -563,14 +567,16 @@ def attention_with(make, mask, seq_q, seq_kv, appended):
     q, k, v, extra, expected = _attention_case(mask, batch, heads_q, heads_kv, seq_q, seq_kv, 64)
     cache_k, cache_v, new_k, new_v = _appended(k, v, appended)
     kernel = make(
-        "scaled_dot_product_attention", 4, head_dim="64", mask=mask,
+        "scaled_dot_product_attention", 4, head_dim="64", mask="causal" if mask == "none" else mask,
         block_size_m=16, block_size_n=16, block_size_d=64,
     )  # fmt: skip
+    if mask == "none":  # as the runtime calls it: the diagonal past the last key
+        extra = (seq_kv,)
     out = torch.empty(batch, heads_q, seq_q, head_dim)
     rows = out.view(batch, heads_kv, heads_q // heads_kv * seq_q, head_dim)
     scale = 1 / math.sqrt(head_dim)
     present = (new_k, new_v, appended)
-    if mask == "causal":
+    if mask in ("none", "causal"):
         kernel(rows, q, cache_k, cache_v, *present, scale, *extra)
     else:
         kernel(rows, q, cache_k, cache_v, *present, *extra, scale)
@@ -607,7 +613,7 @@ def check_split_attention():
             so_b, so_h, so_r, 1, sb_b, sb_h, sb_s, sb_k, 16, 16, BLOCK_D, MASK, 8, "ieee", False,
         )  # fmt: skip
 
-    kinds = {"none": 0, "causal": 1, "bool": 2, "float": 3}
+    kinds = {"none": 1, "causal": 1, "bool": 2, "float": 3}  # none: causal past the keys
     for mask, seq_q, seq_kv, head_dim, parts, appended in [
         ("none", 1, 100, 64, 3, 1),
         ("none", 1, 20, 64, 5, 0),  # more parts than key blocks
@@ -633,7 +639,7 @@ def check_split_attention():
         workspace.view(torch.int64)[: tiles // 2] = 5 * 64 + 1  # another launch's count
         bias = extra[0] if mask in ("bool", "float") else out
         bias_strides = bias.stride() if mask in ("bool", "float") else (0, 0, 0, 0)
-        offset = extra[0] if mask == "causal" else 0
+        offset = extra[0] if mask == "causal" else seq_kv
         for launch in (7, 7, 8):  # 7 twice: a graph replay
             out.fill_(float("nan"))
             split[(programs,)](
@@ -712,7 +718,9 @@ def _declared_call(kernel, api, switches, dtype):
     types = {param["name"]: param["type"] for param in api["params"]}
     arguments = {}
     for name in api["kernel"]:
-        if types[name] == "Tensor" or switches.get(name) == "tensor":
+        if name in api["bound"]:  # a constant the function passes
+            arguments[name] = api["bound"][name]
+        elif types[name] == "Tensor" or switches.get(name) == "tensor":
             arguments[name] = values((7, 129), dtype, domain, device="cpu")
         elif name in switches:  # a number operand
             arguments[name] = number(True if dtype == torch.bool else 1.5, dtype)
@@ -722,7 +730,7 @@ def _declared_call(kernel, api, switches, dtype):
             ]
             default = next(p.get("default") for p in api["params"] if p["name"] == name)
             arguments[name] = given[0] if given else default
-    named = dict(arguments)
+    named = {name: value for name, value in arguments.items() if name not in api["bound"]}
     for switch, pick in api["switches"].items():
         if pick["rule"] == "value":
             value = switches[switch]
@@ -759,8 +767,7 @@ test_activations = interpreted(check_activations, "leaky_relu", "hardswish", "so
 test_embedding = interpreted(check_embedding, "embedding")
 test_comparisons_and_bitwise = interpreted(
     check_comparisons_and_bitwise,
-    *("lt", "le", "gt", "ge", "eq", "ne", "bitwise_and", "bitwise_or", "bitwise_not"),
-    *("isinf", "isnan"),
+    *("comparison", "bitwise", "bitwise_not", "isinf", "isnan"),
 )
 test_rows = interpreted(check_rows, "rms_norm", "layer_norm")
 test_softmax_rows = interpreted(check_softmax_rows, "softmax", "log_softmax")

@@ -122,7 +122,7 @@ def test_a_gpu_the_wheel_lacks_gets_the_build_command(plan, installed):
         add(plan, x, x, x, capability=100)
     message = str(caught.value)
     assert "sm_80, sm_90" in message
-    assert "ntops-aot build --arch sm_80,sm_90,sm_100 --ops add,eq,mm,softmax" in message
+    assert "ntops-aot build --arch sm_80,sm_90,sm_100 --ops add,comparison,mm,softmax" in message
 
 
 def test_dtypes_the_wheel_lacks(plan, installed):
@@ -178,17 +178,20 @@ def test_outputs_are_allocated_in_the_dtype_the_kernel_writes(plan):
     x, row = torch.randn(6, 42, 123, dtype=H), torch.randn(123, dtype=H)
     # Allocated to the broadcast shape; bool for comparisons.
     assert add(plan, x, row, None)["kernel"].startswith("add-sm_90-fp16-nd2-other=tensor/")
-    assert plan("eq-other=tensor", 90, x, row, None)["kernel"].startswith("eq-sm_90-fp16-nd2")
-    assert plan("eq-other=scalar", 90, x, 0.5, None)["kernel"].startswith("eq-sm_90-fp16-nd1")
+    eq = 0  # the comparison kernel's code for eq
+    chosen = plan("comparison-other=tensor", 90, x, row, eq, None)
+    assert chosen["kernel"].startswith("comparison-sm_90-fp16-nd2")
+    chosen = plan("comparison-other=scalar", 90, x, 0.5, eq, None)
+    assert chosen["kernel"].startswith("comparison-sm_90-fp16-nd1")
     chosen = plan("softmax", 90, x.transpose(0, 1), None)  # allocated like the input: dense
     assert chosen["ndim"] == 2
     # An out= of another dtype gets the bools through a copy, as torch casts them.
     out = torch.empty_like(x)
-    chosen = plan("eq-other=tensor", 90, x, x, out)
+    chosen = plan("comparison-other=tensor", 90, x, x, eq, out)
     assert chosen["params"][-1] != out.data_ptr()
-    plan("eq-other=tensor", 90, out, row, out)  # into its own input: torch allows it
+    plan("comparison-other=tensor", 90, out, row, eq, out)  # into its own input: torch allows it
     with pytest.raises(ValueError, match="overlap in memory"):  # partly: torch refuses
-        plan("eq-other=tensor", 90, out, out[:1], out)
+        plan("comparison-other=tensor", 90, out, out[:1], eq, out)
 
 
 def test_empty_outputs_launch_nothing(plan):
@@ -291,9 +294,10 @@ def test_an_op_the_wheel_lacks_names_the_command_that_adds_it(installed):
         installed.gelu(torch.randn(3, dtype=H))
     message = str(caught.value)
     assert message.startswith("ntops_prebuilt.gelu (approximate=none): no prebuilt kernel")
-    assert "This wheel has no gelu kernels; it has add, eq, mm, softmax." in message
+    assert "This wheel has no gelu kernels; it has add, comparison, mm, softmax." in message
     assert (
-        "ntops-aot build --arch sm_80,sm_90 --ops add,eq,mm,softmax,gelu --dtypes fp16" in message
+        "ntops-aot build --arch sm_80,sm_90 --ops add,comparison,mm,softmax,gelu --dtypes fp16"
+        in message
     )
 
 
@@ -301,11 +305,11 @@ def test_the_wheel_writes_commands_as_ntops_aot_does(installed):
     """The manifest keeps the build's options as config.command_line writes them; the
     wheel (which has no ntops-aot) writes its suggestions from them, with the change."""
     built = installed.manifest()["build"]
-    options = {"arch": ("sm_80", "sm_90"), "ops": ("add", "eq", "mm", "softmax")}
+    options = {"arch": ("sm_80", "sm_90"), "ops": ("add", "comparison", "mm", "softmax")}
     options.update(dtypes=("fp16",), ndims=(1, 2), tuning=False)
     written = config.command_line("build", options)
     assert written == (
-        "ntops-aot build --arch sm_80,sm_90 --ops add,eq,mm,softmax --dtypes fp16 "
+        "ntops-aot build --arch sm_80,sm_90 --ops add,comparison,mm,softmax --dtypes fp16 "
         "--ndims 1,2 --no-tuning"
     )
     with pytest.raises(installed.NotBuiltError) as caught:
@@ -383,3 +387,25 @@ def test_writes_autograd_or_inference_mode_would_refuse(plan):
         add(plan, x, x, frozen)
     with pytest.raises(RuntimeError, match="add: output is an inference tensor"):
         add(plan, x, x, frozen)
+
+
+def test_functions_that_share_a_kernel_are_named_in_what_they_raise(plan, installed):
+    """eq .. ge call one kernel (kernels/comparison.py) through launcher groups of their
+    own names, so what a call gets back names the function the caller made."""
+    x = torch.randn(4, 5, dtype=H)
+    lt = 2  # the comparison kernel's code for lt
+    with pytest.raises(ValueError, match=r"^lt: other has shape \(7,\)"):
+        plan("lt-other=tensor", 90, x, torch.randn(7, dtype=H), lt, None)
+    with pytest.raises(installed.NotBuiltError, match=r"ntops_prebuilt\.lt \(other=tensor\)"):
+        plan("lt-other=tensor", 100, x, x, lt, None)
+    chosen = plan("ge-other=scalar", 90, x, 0.5, 5, None)
+    assert chosen["kernel"].startswith("comparison-sm_90-fp16-nd1-other=scalar/")
+
+
+def test_each_function_passes_its_kernel_the_constant_it_binds(installed):
+    import inspect
+
+    source = inspect.getsource(installed._functions)
+    for code, name in enumerate(("eq", "ne", "lt", "le", "gt", "ge")):
+        function = source[source.index(f"\ndef {name}(") :].split("\ndef ")[1]
+        assert f"input, other, {code}, out)" in function, name

@@ -87,7 +87,7 @@ def test_manifest_describes_the_build(small_build, build_dir, registry):
     files = read_wheel(small_build.wheel)
     manifest = json.loads(files["ntops_prebuilt/manifest.json"])
     assert manifest["build"]["arches"] == ["sm_80", "sm_90"]
-    assert manifest["build"]["ops"] == ["add", "eq", "mm", "softmax"]
+    assert manifest["build"]["ops"] == ["add", "comparison", "mm", "softmax"]
     assert set(manifest["toolchain"]) == {"ntops-aot", "ninetoothed", "triton", "python", "cc"}
     assert set(manifest["ops"]) == set(registry)  # every op described, built or not
     library = files["ntops_prebuilt/_C.abi3.so"]
