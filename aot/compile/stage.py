@@ -129,12 +129,11 @@ class _Tracker:
         self.planned, self.kernels, self.progress = planned, kernels, progress
         self.failures: list[VariantFailure] = []
         self.timings = _Timings(cache.root / "timings.json")
-        self.left: dict[str, float | None] = {}
-        self.spent: list[float] = []
+        self.left: dict[str, float] = {}
 
     def order(self, todo: list[Variant]) -> list[Variant]:
         """Longest first (as last time), so that no long variant starts last."""
-        self.left = {variant.id: self.timings.seconds.get(variant.id) for variant in todo}
+        self.left = {variant.id: self.timings.get(variant.id) for variant in todo}
         return sorted(todo, key=lambda variant: -self.timings.get(variant.id))
 
     def __call__(
@@ -148,7 +147,6 @@ class _Tracker:
         else:
             self.kernels[variant.id] = tuple(result)
             self.timings.set(variant.id, seconds)
-            self.spent.append(seconds)
         self.left.pop(variant.id, None)
         if self.progress:
             done, total = len(self.kernels) + len(self.failures), len(self.planned.variants)
@@ -156,15 +154,28 @@ class _Tracker:
             self.progress(Event(done, total, variant, seconds, False, failure, estimate))
 
     def estimate(self) -> float:
-        """Seconds of compiling left: each variant's last time, else (a cold cache) the
-        mean of what this build has compiled so far, spread over the workers."""
-        typical = sum(self.spent) / len(self.spent) if self.spent else self.timings.typical
-        known = [s if s is not None else typical for s in self.left.values()]
-        return sum(known) / min(self.planned.options.jobs, max(len(known), 1))
+        """Seconds of compiling left: each variant's last time (or the seed's), spread
+        over the workers."""
+        left = self.left.values()
+        return sum(left) / min(self.planned.options.jobs, max(len(left), 1))
+
+
+# What the slow variants took in a cold sm_90 build on a 2-core machine, by id less its
+# arch: the order of a build with no timings of its own (a cold cache), so that its
+# longest variants start first there too. Refreshed from a build's timings.json with
+# `python -m ntops_aot.aot.compile.stage CACHE_DIR/timings.json`.
+SEED = pathlib.Path(__file__).with_name("seconds.json")
+_SEEDED = 1.0  # seconds: faster variants are left out of the seed
+
+
+def _unarched(variant: str) -> str:
+    op, _, rest = variant.partition("-")
+    return f"{op}-{rest.partition('-')[2]}"
 
 
 class _Timings:
-    """How long each variant took to compile last time: for ordering and the ETA."""
+    """How long each variant took to compile last time (else, in a cold cache, the
+    seed's figure): for ordering and the ETA."""
 
     def __init__(self, path: pathlib.Path) -> None:
         self.path = path
@@ -172,12 +183,21 @@ class _Timings:
             self.seconds: dict[str, float] = json.loads(path.read_text())
         except (OSError, ValueError):
             self.seconds = {}
+        try:
+            self.seed: dict[str, float] = json.loads(SEED.read_text())
+        except (OSError, ValueError):
+            self.seed = {}
         self.changed = False
         known = self.seconds.values()
         self.typical = sum(known) / len(known) if known else 1.0
 
     def get(self, variant: str) -> float:
-        return self.seconds.get(variant, self.typical)
+        """Its last time, else the seed's figure, else (a variant the seed leaves out as
+        fast) at most the seed's threshold."""
+        found = self.seconds.get(variant)
+        if found is None:
+            found = self.seed.get(_unarched(variant), min(self.typical, _SEEDED))
+        return found
 
     def set(self, variant: str, seconds: float) -> None:
         self.seconds[variant] = round(seconds, 2)
@@ -187,3 +207,12 @@ class _Timings:
         if self.changed:
             text = json.dumps(self.seconds, sort_keys=True, indent=0)
             write_atomic(self.path, text.encode())
+
+
+if __name__ == "__main__":  # refresh the seed from a build's timings (see SEED)
+    import sys
+
+    timings = json.loads(pathlib.Path(sys.argv[1]).read_text())
+    seed = {_unarched(v): s for v, s in sorted(timings.items()) if s >= _SEEDED}
+    SEED.write_text(json.dumps(seed, indent=0, sort_keys=True) + "\n")
+    print(f"{SEED}: {len(seed)} variants of {_SEEDED} s or more")
