@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PY ?= $(BIN)/python
-# The registry's default torch (a CUDA build): the one services run; README.md says why.
+# The newest torch pip can pair with the pinned Triton: a CUDA or a CPU build, as the
+# index has them (README.md says which and why); the CPU suite passes with either.
 TORCH ?= torch
 # The oldest torch the wheels claim (aot/package/wheel.py's MIN_TORCH, newest patch release),
 # in a venv of its own: tests/unit/test_oldest_torch.py registers the ops there.
