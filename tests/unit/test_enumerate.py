@@ -4,6 +4,7 @@ import pathlib
 
 import pytest
 
+from ntops_aot.aot.declare.registry import OpInfo
 from ntops_aot.aot.declare.space import Spec, Variant, VariantSpace
 from ntops_aot.aot.errors import UsageError
 from ntops_aot.aot.plan import select as enumeration
@@ -82,16 +83,30 @@ def test_filters_and_arches(registry):
     ]
 
 
+def _infos(registry):
+    """What planning knows of each op (registry.OpInfo), as far as selection reads it."""
+    return {
+        name: OpInfo(name, op.module.__name__, op.space, op.tuning, apis=op.apis())
+        for name, op in registry.items()
+    }
+
+
 def test_selection_by_name_glob_and_all(registry):
-    assert enumeration.select_ops(registry, ["softm*", "add"]) == ["add", "softmax"]
-    assert enumeration.select_ops(registry, ["all"]) == sorted(registry)
+    infos = _infos(registry)
+    assert enumeration.select_ops(infos, ["softm*", "add"]) == ["add", "softmax"]
+    assert enumeration.select_ops(infos, ["all"]) == sorted(registry)
+    # an op is selected by a function it serves too
+    assert enumeration.select_ops(infos, ["lt", "bitwise_or"]) == ["bitwise", "comparison"]
+    assert enumeration.select_ops(infos, ["matmul"]) == ["mm"]
     assert enumeration.select_arches(["all"]) == list(TARGETS)
     assert enumeration.select_arches(["sm_90", "sm_80"]) == ["sm_80", "sm_90"]
 
 
 def test_unknown_names_list_what_exists(registry):
-    with pytest.raises(UsageError, match="ops: abs, add, addmm, bitwise_and"):
-        enumeration.select_ops(registry, ["conv"])
+    with pytest.raises(
+        UsageError, match=r"ops: abs, add, addmm, bitwise \(bitwise_and, bitwise_or\)"
+    ):
+        enumeration.select_ops(_infos(registry), ["conv"])
     with pytest.raises(UsageError, match="arches: sm_80, sm_86, sm_89, sm_90, sm_100, sm_120"):
         enumeration.select_arches(["sm_75"])
     with pytest.raises(UsageError, match="dtypes: fp16, bf16, fp32, fp64, i8"):
