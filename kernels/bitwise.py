@@ -8,7 +8,7 @@ function passes (`Api(bound=...)`): one compile serves both.
 import ninetoothed
 import ninetoothed.language as ntl
 
-from ntops_aot.aot.declare.api import Api, sample
+from ntops_aot.aot.declare.api import family
 from ntops_aot.aot.declare.space import BOOL, INTEGERS, VariantSpace
 
 from ._lib import element_wise
@@ -22,22 +22,11 @@ SPACE = VariantSpace(
 
 # The functions, in the order of their `operation` codes.
 FUNCTIONS = ("bitwise_and", "bitwise_or")
-SAMPLES = (
-    sample(input=(6, 42, 123), other=(6, 42, 123)),
-    sample(input=(6, 42, 123), other=(42, 1)),
-    sample(input=(5, 1, 7), other=(1, 3, 7)),
-    sample(input=(6, 42, 123), other=3),
-    sample(input=(6, 42), other=()),
-)
-API = tuple(
-    Api(
-        "(Tensor input, Tensor|Number other, *, Tensor? out=None)",
-        f"torch.{name}",
-        name=name,
-        bound={"operation": code},
-        samples=SAMPLES,
-    )
-    for code, name in enumerate(FUNCTIONS)
+API = family(
+    FUNCTIONS,
+    "(Tensor input, Tensor|Number other, *, Tensor? out=None)",
+    "operation",
+    samples=element_wise.BINARY_SAMPLES,
 )
 
 arrangement = element_wise.arrangement

@@ -134,7 +134,7 @@ class _Tracker:
     def order(self, todo: list[Variant]) -> list[Variant]:
         """Longest first (as last time), so that no long variant starts last."""
         self.left = {variant.id: self.timings.get(variant.id) for variant in todo}
-        return sorted(todo, key=lambda variant: -self.timings.get(variant.id))
+        return sorted(todo, key=lambda variant: -self.left[variant.id])
 
     def __call__(
         self, task: Task, result: list[CompiledKernel] | workers.Failure, seconds: float

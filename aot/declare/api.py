@@ -132,6 +132,15 @@ class Api:
         return parse(self.signature)
 
 
+def family(names: Sequence[str], signature: str, code: str, **options: Any) -> tuple[Api, ...]:
+    """The functions `names` of one kernel, `torch.<name>` each, each binding kernel
+    parameter `code` to its index in `names` (kernels/comparison.py's eq .. ge)."""
+    return tuple(
+        Api(signature, f"torch.{name}", name=name, bound={code: index}, **options)
+        for index, name in enumerate(names)
+    )
+
+
 def parse(signature: str) -> tuple[Param, ...]:
     """The parameters of "(Tensor input, *, Scalar alpha=1)"."""
     inner = signature.strip()

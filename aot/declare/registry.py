@@ -180,12 +180,13 @@ def check(op: OpDef, defaults: Mapping[str, Mapping[str, Config]]) -> None:
     and ndim within the launcher's limits, of one count, each tensor's dtype rule, the
     named dims (SPACE.dims) and the tuning's bucket keys. Raises UnsupportedKernel
     naming the kernel file."""
+    generated = [described for described in op.apis() if described["wrapper"] is None]
     try:
         for switches, variants in _groups(op.name, op.space).items():
             key = group_key(op.name, switches)
             calls = [(v, op.arguments(v, next(iter(defaults[v.id].values())))) for v in variants]
             _check_group(op, key, dict(switches), calls)
-            _check_passed(op, key, calls[0][1])
+            _check_passed(generated, key, calls[0][1])
     except UnsupportedKernel as error:
         raise UnsupportedKernel(f"{op.module.__name__}: {error}") from error
 
@@ -226,12 +227,13 @@ def _check_group(
                 )
 
 
-def _check_passed(op: OpDef, key: str, args: tuple[Arg, ...]) -> None:
-    """A generated function passes its kernel the parameters its API names, bound
-    ones included, in the application's order: the launcher reads them by position."""
+def _check_passed(generated: list[dict[str, Any]], key: str, args: tuple[Arg, ...]) -> None:
+    """A generated function (described, without a wrapper) passes its kernel the
+    parameters its API names, bound ones included, in the application's order: the
+    launcher reads them by position."""
     expected = [arg.name for arg in args if not arg.output]
-    for described in op.apis():
-        if described["wrapper"] is None and described["kernel"] != expected:
+    for described in generated:
+        if described["kernel"] != expected:
             raise UnsupportedKernel(
                 f"{key}: {described['name']} passes its kernel {described['kernel']}, but the "
                 f"application takes {expected} (and its outputs): name them alike, or "

@@ -41,7 +41,7 @@ def ops(manifest: Mapping[str, Any]) -> str:
 def functions(manifest: Mapping[str, Any]) -> str:
     """`_functions.py`: the runtime functions of the ordinary ops."""
     rendered = [
-        _function(described, info.get("functions", {}).get(described["name"], info["groups"]))
+        _function(described, info["functions"].get(described["name"], info["groups"]))
         for _, info in sorted(manifest["ops"].items())
         for described in info["apis"]
         if described["wrapper"] is None
@@ -77,7 +77,7 @@ def _function(described: Mapping[str, Any], groups: Mapping[str, Any]) -> dict[s
         # What the function passes its kernel: its parameters by name, bound ones as
         # the constants they are.
         "kernel": [
-            repr(described["bound"][name]) if name in described.get("bound", {}) else name
+            repr(described["bound"][name]) if name in described["bound"] else name
             for name in described["kernel"]
         ],
         "kind": kinds[0] if kinds else None,

@@ -13,6 +13,7 @@ import dataclasses
 import importlib.resources
 import pathlib
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import jinja2
 
@@ -85,10 +86,10 @@ def render_extension(
 
     ordered: list[tuple[CompiledKernel, bool]] = []  # (kernel, as PTX)
     group_values = []
+    by_key: dict[str, dict[str, Any]] = {}
     for group in groups:
         if group.of is not None:  # an alias: another name for a group's kernels
-            target = next(value for value in group_values if value["key"] == group.of)
-            group_values.append(target | {"key": group.key, "op": group.op})
+            group_values.append(by_key[group.of] | {"key": group.key, "op": group.op})
             continue
         members = sorted(
             by_group[group.key],
@@ -96,23 +97,22 @@ def render_extension(
             key=lambda k: (k.variant.arch, dtype_index[k.variant.dtype], k.variant.ndim),
         )
         names = _names(group, members)
-        group_values.append(
-            {
-                "key": group.key,
-                "op": group.op,
-                "coalesce": _COALESCE[group.coalesce],
-                "in_place": int(group.in_place),
-                "args": _args(group, members, dtype_index, names),
-                "names": [dim.name for dim in names],
-                "sizes": [dim.size for dim in names],
-                "derived": [
-                    list(dim.factors) + [0] * (NT_MAX_FACTORS - len(dim.factors)) for dim in names
-                ],
-                "bucket_keys": _bucket_keys(group, members),
-                "first_kernel": len(ordered),
-                "num_kernels": len(members) + sum(k.id in ptx_paths for k in members),
-            }
-        )
+        by_key[group.key] = {
+            "key": group.key,
+            "op": group.op,
+            "coalesce": _COALESCE[group.coalesce],
+            "in_place": int(group.in_place),
+            "args": _args(group, members, dtype_index, names),
+            "names": [dim.name for dim in names],
+            "sizes": [dim.size for dim in names],
+            "derived": [
+                list(dim.factors) + [0] * (NT_MAX_FACTORS - len(dim.factors)) for dim in names
+            ],
+            "bucket_keys": _bucket_keys(group, members),
+            "first_kernel": len(ordered),
+            "num_kernels": len(members) + sum(k.id in ptx_paths for k in members),
+        }
+        group_values.append(by_key[group.key])
         # PTX after every cubin: the launcher falls back to it only where no cubin runs.
         ordered.extend((kernel, False) for kernel in members)
         ordered.extend((kernel, True) for kernel in members if kernel.id in ptx_paths)

@@ -16,7 +16,7 @@ def not_built(group, capability, dtype, ndim):
     op, function, switches = next(
         (name, function, keys[group])
         for name, info in built["ops"].items()
-        for function, keys in [(name, info["groups"]), *info.get("functions", {}).items()]
+        for function, keys in [(name, info["groups"]), *info["functions"].items()]
         if group in keys
     )
     space = built["ops"][op]

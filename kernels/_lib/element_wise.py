@@ -10,6 +10,7 @@ import functools
 import ninetoothed
 from ninetoothed import Tensor
 
+from ntops_aot.aot.declare.api import sample
 from ntops_aot.aot.declare.space import Config
 
 NDIMS = (1, 2, 4)
@@ -25,6 +26,14 @@ CONFIG = Config(num_warps=4, num_stages=1)
 # Binary ops take `other` as a tensor or as a Python scalar, each its own kernel.
 OTHER = {"other": ("tensor", "scalar")}
 FLOAT_TYPES = ("fp16", "bf16", "fp32")
+# Test calls of a binary op: same shapes, broadcasting both ways, a number, a 0-dim tensor.
+BINARY_SAMPLES = (
+    sample(input=(6, 42, 123), other=(6, 42, 123)),
+    sample(input=(6, 42, 123), other=(42, 1)),
+    sample(input=(5, 1, 7), other=(1, 3, 7)),
+    sample(input=(6, 42, 123), other=3),
+    sample(input=(6, 42), other=()),
+)
 
 
 def arrangement(*tensors, block_size=BLOCK_SIZE):
