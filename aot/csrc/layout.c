@@ -130,9 +130,11 @@ static void nt_properties(nt_request *r) {
             continue;
         int ndim = (g->args[a].flags & NT_FIXED) ? g->args[a].ndim : c->ndim;
         int64_t count = 1, extent = 0;
+        /* Properties are bits of 64-bit words: later arguments are never specialised. */
+        int bits = a < 64 / NT_MAX_DIMS;
         /* Leading padding (size 1, stride 0) has a unit stride, as any size-1 dim
          * does, and a stride divisible by 16. */
-        for (int p = 0; p < NT_MAX_DIMS - ndim; p++) {
+        for (int p = 0; bits && p < NT_MAX_DIMS - ndim; p++) {
             c->has.unit |= NT_BIT(a, p);
             c->has.stride16 |= NT_BIT(a, p);
         }
@@ -143,11 +145,11 @@ static void nt_properties(nt_request *r) {
             extent += (size - 1) * (stride < 0 ? -stride : stride);
             if (size > NT_INT32_LIMIT || stride > NT_INT32_LIMIT || stride < -NT_INT32_LIMIT)
                 c->width = 64;
-            if (stride == 1 || size == 1)
+            if (bits && (stride == 1 || size == 1))
                 c->has.unit |= NT_BIT(a, p);
-            if ((size & 15) == 0)
+            if (bits && (size & 15) == 0)
                 c->has.size16 |= NT_BIT(a, p);
-            if ((stride & 15) == 0)
+            if (bits && (stride & 15) == 0)
                 c->has.stride16 |= NT_BIT(a, p);
         }
         if (count > NT_INT32_LIMIT || extent > NT_INT32_LIMIT)

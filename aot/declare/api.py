@@ -127,6 +127,11 @@ class Api:
     tolerance: Mapping[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
     written: Mapping[str, str] = dataclasses.field(default_factory=dict)
     bound: Mapping[str, int | float | bool] = dataclasses.field(default_factory=dict)
+    # The op's result in a schema ("(Tensor, Tensor)": an output and its log-sum-exp),
+    # and the Tensor arguments it writes in place (a KV cache it appends to), which
+    # the schema declares `Tensor(a!)` so that graphs order them.
+    returns: str = "Tensor"
+    mutates: tuple[str, ...] = ()
 
     def params(self) -> tuple[Param, ...]:
         return parse(self.signature)
@@ -198,7 +203,9 @@ def describe(
         "refuse": None if api.refuse is None else _refusal(api.refuse, module),
         "doc": api.doc or f"{api.reference} on prebuilt kernels.",
         "written": dict(api.written),
-        "overloads": _overloads(name, [p for p in params if p.name not in _copied(api)], writes),
+        "overloads": _overloads(
+            name, [p for p in params if p.name not in _copied(api)], writes, api
+        ),
         "samples": [sample.as_dict() for sample in api.samples],
         "tolerance": {dtype: list(pair) for dtype, pair in api.tolerance.items()},
     }
@@ -230,6 +237,12 @@ def _check(name: str, api: Api, params: tuple[Param, ...], switches: Any, module
     for bound, value in api.bound.items():
         if type(value) not in (int, float, bool):
             raise ValueError(f"{module}: {name} binds {bound} to {value!r}: a number or a bool")
+    for mutated in api.mutates:
+        if types.get(mutated) != "Tensor" or api.written or _writes(params):
+            raise ValueError(
+                f"{module}: {name} mutates {mutated}: a Tensor parameter of a function "
+                "without out=, inplace= or written arguments"
+            )
     for written, source in api.written.items():
         if types.get(written) != "Tensor?" or types.get(source) != "Tensor?":
             raise ValueError(
@@ -304,7 +317,7 @@ def _python(params: tuple[Param, ...]) -> list[str]:
     return parts
 
 
-def _schema(params: Sequence[Param], kind: str | None, form: str | None) -> str:
+def _schema(params: Sequence[Param], kind: str | None, form: str | None, api: Api) -> str:
     """A torch.library schema of `params`, less the public function's out= and
     inplace parameters (the overload is the form); `kind` the type a `Tensor|Number`
     parameter takes in this overload; `form` "out" or "inplace" for the forms that
@@ -318,6 +331,8 @@ def _schema(params: Sequence[Param], kind: str | None, form: str | None) -> str:
         )
         if form == "inplace" and param.name == "input":
             type_ = "Tensor(a!)"
+        if param.name in api.mutates:
+            type_ = f"Tensor({'abcdefgh'[api.mutates.index(param.name)]}!)"
         if param.keyword and not starred:
             parts.append("*")
             starred = True
@@ -325,10 +340,12 @@ def _schema(params: Sequence[Param], kind: str | None, form: str | None) -> str:
         parts.append(f"{type_} {param.name}{default}")
     if form == "out":
         parts.extend(["Tensor(a!) out"] if starred else ["*", "Tensor(a!) out"])
-    return f"({', '.join(parts)}) -> {'Tensor(a!)' if form else 'Tensor'}"
+    return f"({', '.join(parts)}) -> {'Tensor(a!)' if form else api.returns}"
 
 
-def _overloads(name: str, params: list[Param], writes: str | None) -> list[dict[str, str | None]]:
+def _overloads(
+    name: str, params: list[Param], writes: str | None, api: Api
+) -> list[dict[str, str | None]]:
     """torch's overloads of the op: by the kind of its Tensor|Number arguments, which
     take numbers or tensors together, each with its out= form (`.Tensor`, `.Scalar`,
     `.out`, `.Scalar_out`; where the kinds are optional, as clamp's bounds, torch's
@@ -343,13 +360,23 @@ def _overloads(name: str, params: list[Param], writes: str | None) -> list[dict[
     found: list[dict[str, str | None]] = []
     for overload, kind, out in forms:
         found.append(
-            {"name": overload, "kind": kind, "writes": None, "schema": _schema(params, kind, None)}
+            {
+                "name": overload,
+                "kind": kind,
+                "writes": None,
+                "schema": _schema(params, kind, None, api),
+            }
         )
         if writes == "out":
             found.append(
-                {"name": out, "kind": kind, "writes": "out", "schema": _schema(params, kind, "out")}
+                {
+                    "name": out,
+                    "kind": kind,
+                    "writes": "out",
+                    "schema": _schema(params, kind, "out", api),
+                }
             )
     if writes == "inplace":
-        schema = _schema(params, None, "inplace")
+        schema = _schema(params, None, "inplace", api)
         found.append({"name": "_", "kind": None, "writes": "inplace", "schema": schema})
     return found

@@ -21,7 +21,14 @@ from ..compile.codegen import MULTIPROCESSORS, assumptions
 from ..compile.cubins import CompiledKernel
 from ..declare.arguments import Arg, own_dtype
 from ..declare.dims import Dim, named_dims
-from ..declare.limits import NT_MAX_ARGS, NT_MAX_DIMS, NT_MAX_FACTORS, NT_MAX_NAMES, NT_MAX_PARAMS
+from ..declare.limits import (
+    NT_MAX_ARGS,
+    NT_MAX_DIMS,
+    NT_MAX_FACTORS,
+    NT_MAX_NAMES,
+    NT_MAX_PARAMS,
+    NT_SPECIALIZED_ARGS,
+)
 from ..declare.space import DTYPES
 from ..errors import UnsupportedKernel
 from ..toolchain import versions
@@ -256,6 +263,11 @@ def _kernel(
     for fact in assumptions(kernel.spec, kernel.args):
         if fact.kind == "aligned":
             needs["aligned"] |= 1 << fact.arg
+        elif fact.arg >= NT_SPECIALIZED_ARGS:
+            raise UnsupportedKernel(
+                f"{kernel.id}: argument {fact.arg} is specialised; only the first "
+                f"{NT_SPECIALIZED_ARGS} can be (list later ones in SPACE.unspecialized)"
+            )
         else:
             bit = fact.arg * NT_MAX_DIMS + _position(kernel.args[fact.arg], fact.dim)
             needs[fact.kind] |= 1 << bit

@@ -78,15 +78,16 @@ def fake(name):
     return decorate
 
 
-def _define(name, schema, public, fake):
+def _define(name, schema, public, fake, writes=None):
     """Op `name` (with its overload) of `schema`: its CUDA implementation calls the
     public function (`public(*args, **kwargs)` in the schema's argument order), its
-    fake one is `fake`. An op that writes an argument (`Tensor(a!)`, an out= or an
-    in-place form) returns nothing, as functionalization requires of custom ops; its
-    route returns the written tensor, as the public function does. An op may not
+    fake one is `fake`. An out= or in-place form (`writes`) returns nothing, as
+    functionalization requires of custom ops; its route returns the written tensor, as
+    the public function does. An op that writes arguments it declares mutated
+    (`Api.mutates`: a KV cache) returns its own results. An op may not
     return one of its inputs (a dropout that drops nothing returns its input): it
     returns a copy."""
-    if "!)" in schema:
+    if writes:
         schema = schema.rsplit("->", 1)[0] + "-> ()"
         public, fake = _returning_nothing(public), _returning_nothing(fake)
     else:
@@ -167,11 +168,12 @@ def _declared(api, public):
     twin = _FAKES.get(name) or _by_name(_reference(api["reference"]), names)
     for overload in api["overloads"]:
         if overload["writes"] == "inplace":
-            _define(f"{name}_", overload["schema"], _inplace(public), _inplace(twin))
+            _define(f"{name}_", overload["schema"], _inplace(public), _inplace(twin), "inplace")
         elif overload["name"] == "default":
-            _define(name, overload["schema"], public, twin)
+            _define(name, overload["schema"], public, twin, overload["writes"])
         else:
-            _define(f"{name}.{overload['name']}", overload["schema"], public, twin)
+            label = f"{name}.{overload['name']}"
+            _define(label, overload["schema"], public, twin, overload["writes"])
     _ROUTES[name] = _route(api)
 
 

@@ -26,6 +26,8 @@ def _declared():
             _functions if wrapper is None else importlib.import_module(f".{wrapper}", __package__)
         )
         found[api["name"]] = getattr(module, api["name"])
+        # A wrapper's other public functions (flash_attn_varlen_func over paged_attention).
+        found.update({name: getattr(module, name) for name in getattr(module, "EXPORTS", ())})
     return found
 
 
@@ -33,7 +35,7 @@ globals().update(_declared())
 
 __all__ = sorted(
     [
-        *(api["name"] for api in _ops.APIS),
+        *_declared(),
         "CausalVariant",
         "set_default_max_num_configs",
         "set_default_num_stages",
