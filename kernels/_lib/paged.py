@@ -1,0 +1,386 @@
+"""Attention over ragged batches and paged KV caches: `attend_paged` (the rows of one
+request and key/value head over the keys of its part), `fold_keys` (one block of keys
+into the rows' running softmax) and `combine` (split keys' parts merged), called by
+kernels/paged_attention.py's application with the tensors' pointers and strides.
+
+Work: the queries of a batch are packed along the tokens (FlashAttention's varlen
+layout) and each request's rows are its queries times the query heads of a GQA group,
+query-major: row t is query t // group of head kv_head * group + t % group, so a block
+of rows reads each key once for every head of its group. A program takes one block of
+BLOCK_M rows of one request and one key/value head. Request b's blocks are numbered
+from cu_q[b] * group // BLOCK_M + b on: every request's blocks fit below
+total_q * group // BLOCK_M + batch (the grid's bound, from shapes alone), and a
+program finds its request by binary search. A mixed batch (a prefill chunk beside
+decodes) so runs in one launch.
+
+Keys: key j of request b is row j of its sequence: in a paged cache at page
+table[b][j // page_size], slot j % page_size; packed (varlen) at row start[b] + j;
+in a dense cache at row j of batch entry b. One formula serves the three (a page size
+of 2^30 and a zero page stride make the page lookup vanish); page numbers are 64-bit
+and every index is clamped into the table and the cache, so no length or page number
+can make a program read or write outside them.
+
+Decode: the keys of each block of rows split into up to `parts` parts (the grid's
+last dim, chosen per call from shapes), each at least `min_chunk` keys, so that a long
+request among short ones still runs on many multiprocessors; the last part to finish
+combines the parts (parts.py's counters).
+"""
+
+import triton
+import triton.language as tl
+
+from .parts import arrive, claim, partial_results
+
+# Numbers the kernel spells out (ninetoothed copies functions, not globals, into a
+# kernel): 1.4426950408889634 is log2(e); 1073741824 (2^30), the page size that makes
+# the page lookup of unpaged keys vanish (no sequence is longer); new cache entries (a
+# decode step's) are written and folded 16 at a time.
+
+
+@triton.jit
+def query_start(cu_q, b, q_len):
+    """Request b's first query in the packed tokens: b * q_len for a uniform batch."""
+    return tl.load(cu_q + b, mask=q_len == 0, other=0) + b * q_len
+
+
+@triton.jit
+def request_of(cu_q, block, batch, q_len, group, BLOCK_M: tl.constexpr):
+    """The request whose blocks of rows hold block `block` (binary search)."""
+    low = block * 0
+    high = low + batch
+    while high - low > 1:
+        middle = (low + high) // 2
+        first = query_start(cu_q, middle, q_len) * group // BLOCK_M + middle
+        low = tl.where(first <= block, middle, low)
+        high = tl.where(first <= block, high, middle)
+    return low
+
+
+@triton.jit
+def key_length(k_lens, b, k_len, cumulative):
+    """Request b's keys: the same for all (k_len >= 0), or from k_lens (counts, or
+    cumulative counts: cu_seqlens_k)."""
+    read = k_len < 0
+    counted = tl.load(k_lens + b + cumulative, mask=read, other=0) - tl.load(
+        k_lens + b, mask=read & (cumulative != 0), other=0
+    )
+    return tl.where(read, counted, k_len)
+
+
+@triton.jit
+def key_rows(table_row, first, start, page_size, pages, blocks, N):
+    """Where keys first .. first + N lie: their page numbers (from the request's row of
+    the table, clamped into the table's `pages` entries and the cache's `blocks` pages)
+    and rows in the page, 64-bit; unpaged keys (page_size 1073741824) read no table."""
+    columns = first + tl.arange(0, N)
+    page = tl.minimum(columns // page_size, pages - 1)
+    number = tl.load(table_row + page, mask=page_size < 1073741824, other=0)
+    number = tl.minimum(tl.maximum(number, 0), blocks - 1).to(tl.int64)
+    return number, (start + columns % page_size).to(tl.int64)
+
+
+@triton.jit
+def fold_keys(
+    accumulator, running_max, running_sum, q, k, v, columns, bound, query, diagonal, left,
+    right, factor, softcap, MASKED: tl.constexpr,
+):  # fmt: skip
+    """Fold the keys `columns` (k and v: their [N, D] tiles, zero past `bound`) into
+    the rows' running softmax-weighted sum. Scores are base-2 logits. MASKED: some row
+    may not see some key: past `bound`, or outside the causal or sliding window (row
+    of query i sees keys i + diagonal - left .. i + diagonal + right; -1: unbounded)."""
+    scores = tl.dot(q, tl.trans(k))
+    if softcap > 0.0:
+        # softcap * tanh(scores * scale / softcap), as FlashAttention caps them
+        capped = scores * (factor / 1.4426950408889634 / softcap)
+        scores = (1.0 - 2.0 / (tl.exp2(capped * (2.0 * 1.4426950408889634)) + 1.0)) * (
+            softcap * 1.4426950408889634
+        )
+    else:
+        scores = scores * factor
+    if MASKED:
+        position = query[:, None] + diagonal
+        seen = (columns < bound)[None, :] & (position >= 0)
+        if right >= 0:
+            seen = seen & (columns[None, :] <= position + right)
+        if left >= 0:
+            seen = seen & (columns[None, :] >= position - left)
+        scores = tl.where(seen, scores, float("-inf"))
+        new_max = tl.maximum(running_max, tl.max(scores, 1))
+        shift = tl.where(new_max == float("-inf"), 0.0, new_max)
+        weights = tl.exp2(scores - shift[:, None])
+        decay = tl.exp2(running_max - shift)
+    else:
+        new_max = tl.maximum(running_max, tl.max(scores, 1))
+        weights = tl.exp2(scores - new_max[:, None])
+        decay = tl.exp2(running_max - new_max)
+    accumulator = tl.dot(weights.to(v.dtype), v, accumulator * decay[:, None])
+    return accumulator, new_max, running_sum * decay + tl.sum(weights, 1)
+
+
+@triton.jit
+def attend_paged(
+    q, o, k, v, kn, vn, cu_q, k_starts, k_lens, table, lse, workspace, launch,
+    scale, softcap, left, right, q_len, k_len, packed_k, cumulative, page_size, appended,
+    min_chunk, batch, total_q, heads_q, heads_kv, head_dim, parts, blocks, pages, rows_kv,
+    sq_t, sq_h, so_t, so_h, sk_a, sk_t, sk_h, sv_a, sv_t, sv_h,
+    skn_b, skn_t, skn_h, svn_b, svn_t, svn_h, st_b, sl_b, sl_h, sl_t,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    MAX_PARTS: tl.constexpr,
+):  # fmt: skip
+    """Program: (block of rows, key/value head, part); the blocks of rows of the grid's
+    first dim are looped over (prefill tiles cover several of the grid's 16-row units).
+    Unpaged keys pass page_size 0. `appended` new entries per request (kn, vn: (batch,
+    appended, heads_kv, head_dim)) go into the cache after its k_lens keys, written by
+    the request's first block of rows and read by every block from kn and vn."""
+    # Split parts count per tile of the grid's 16-row units: decode blocks are one unit.
+    tl.static_assert(MAX_PARTS == 1 or BLOCK_M == 16)
+    group = heads_q // heads_kv
+    pid = tl.program_id(0)
+    part = pid % parts
+    kv_head = (pid // parts) % heads_kv
+    unit = pid // (parts * heads_kv)
+    units = tl.num_programs(0) // (parts * heads_kv)
+    paged = page_size > 0
+    page = tl.where(paged, page_size, 1073741824)
+    queries = tl.minimum(query_start(cu_q, batch, q_len), total_q)
+    row_blocks = queries * group // BLOCK_M + batch
+    columns_d = tl.arange(0, BLOCK_D)
+    inside_d = columns_d < head_dim
+    factor = scale * 1.4426950408889634
+    for block in tl.range(unit, row_blocks, units, num_stages=1):
+        b = request_of(cu_q, block, batch, q_len, group, BLOCK_M)
+        q_first = tl.minimum(query_start(cu_q, b, q_len), total_q)
+        q_end = tl.minimum(query_start(cu_q, b + 1, q_len), total_q)
+        q_count = tl.maximum(q_end - q_first, 0)
+        local = block - (q_first * group // BLOCK_M + b)
+        rows = local * BLOCK_M + tl.arange(0, BLOCK_M)
+        live = rows < q_count * group
+        if local * BLOCK_M < q_count * group:
+            attend_block(
+                q, o, k, v, kn, vn, k_starts, k_lens, table, lse, workspace, launch,
+                softcap, left, right, k_len, packed_k, cumulative, page, appended, min_chunk,
+                heads_kv, head_dim, blocks, pages, rows_kv, sq_t, sq_h, so_t, so_h, sk_a, sk_t,
+                sk_h, sv_a, sv_t, sv_h, skn_b, skn_t, skn_h, svn_b, svn_t, svn_h, st_b,
+                sl_b, sl_h, sl_t, q_len, factor, b, q_first, q_count, group, kv_head, rows,
+                live, local, block, part, parts, columns_d, inside_d, paged,
+                BLOCK_M, BLOCK_N, BLOCK_D, MAX_PARTS,
+            )  # fmt: skip
+
+
+@triton.jit
+def attend_block(
+    q, o, k, v, kn, vn, k_starts, k_lens, table, lse, workspace, launch,
+    softcap, left, right, k_len, packed_k, cumulative, page, appended, min_chunk,
+    heads_kv, head_dim, blocks, pages, rows_kv, sq_t, sq_h, so_t, so_h, sk_a, sk_t, sk_h,
+    sv_a, sv_t, sv_h, skn_b, skn_t, skn_h, svn_b, svn_t, svn_h, st_b,
+    sl_b, sl_h, sl_t, q_len, factor, b, q_first, q_count, group, kv_head, rows,
+    live, local, block, part, parts, columns_d, inside_d, paged,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    MAX_PARTS: tl.constexpr,
+):  # fmt: skip
+    """One block of rows of request b (see attend_paged)."""
+    query = tl.where(live, rows, 0) // group
+    head = kv_head * group + tl.where(live, rows, 0) % group
+    start = tl.load(k_starts + b, mask=packed_k != 0, other=0)
+    # The keys in the cache, bounded by what the table (or a dense cache, or the
+    # packed keys) holds.
+    capacity = tl.where(paged, pages * page, tl.maximum(rows_kv - start, 0))
+    cached = tl.minimum(tl.maximum(key_length(k_lens, b, k_len, cumulative), 0), capacity)
+    fresh = tl.minimum(appended, tl.maximum(capacity - cached, 0))
+    keys = cached + appended
+    diagonal = keys - q_count
+    table_row = table + b.to(tl.int64) * st_b
+    k_base = k + kv_head * sk_h
+    v_base = v + kv_head * sv_h
+    # A dense cache: batch entry b (its first dim).
+    dense = tl.where((page >= 1073741824) & (packed_k == 0), b, 0).to(tl.int64)
+    k_base += dense * sk_a
+    v_base += dense * sv_a
+    sk_page = tl.where(paged, sk_a, 0)
+    sv_page = tl.where(paged, sv_a, 0)
+    kn_head = kn + b.to(tl.int64) * skn_b + kv_head * skn_h
+    vn_head = vn + b.to(tl.int64) * svn_b + kv_head * svn_h
+    if (appended > 0) & (local == 0):  # the request's first block writes them, parts sharing
+        for first in tl.range(part * 16, fresh, parts * 16, num_stages=1):
+            entry = first + tl.arange(0, 16)
+            inside = (entry < fresh)[:, None] & inside_d[None, :]
+            at = entry[:, None] * skn_t + columns_d[None, :]
+            number, row = key_rows(table_row, cached + first, start, page, pages, blocks, 16)
+            key_at = number * sk_page + row * sk_t
+            value_at = number * sv_page + row * sv_t
+            tl.store(
+                k_base + key_at[:, None] + columns_d[None, :],
+                tl.load(kn_head + at, mask=inside),
+                mask=inside,
+            )
+            at = entry[:, None] * svn_t + columns_d[None, :]
+            tl.store(
+                v_base + value_at[:, None] + columns_d[None, :],
+                tl.load(vn_head + at, mask=inside),
+                mask=inside,
+            )
+    first_query = tl.min(tl.where(live, query, q_count))
+    last_query = tl.max(tl.where(live, query, 0))
+    # Keys some row sees: [low, high); keys every row sees: [full_low, full_high).
+    high = tl.where(right >= 0, tl.minimum(keys, last_query + diagonal + right + 1), keys)
+    full_high = tl.where(right >= 0, first_query + diagonal + right + 1, keys)
+    low = tl.where(left >= 0, tl.maximum(first_query + diagonal - left, 0), 0)
+    full_low = tl.where(left >= 0, last_query + diagonal - left, 0)
+    span = tl.maximum(high - low, 0)
+    used = tl.minimum(tl.maximum(tl.cdiv(span, min_chunk), 1), parts)
+    per_part = tl.cdiv(tl.cdiv(span, BLOCK_N), used) * BLOCK_N
+    if part < used:
+        q_rows = q + (q_first + query).to(tl.int64)[:, None] * sq_t + head[:, None] * sq_h
+        q_tile = tl.load(
+            q_rows + columns_d[None, :], mask=live[:, None] & inside_d[None, :], other=0.0
+        )
+        accumulator = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+        running_max = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
+        running_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        s = low + part * per_part
+        e = tl.minimum(s + per_part, high)
+        # The cached keys of the part: whole blocks every row sees without masks, the
+        # others (before and after them) masked.
+        cached_end = tl.maximum(tl.minimum(e, cached), s)
+        u0 = s + tl.cdiv(tl.maximum(full_low - s, 0), BLOCK_N) * BLOCK_N
+        u0 = tl.minimum(u0, cached_end)
+        u1 = u0 + tl.maximum(tl.minimum(cached_end, full_high) - u0, 0) // BLOCK_N * BLOCK_N
+        for first in tl.range(u0, u1, BLOCK_N):
+            number, row = key_rows(table_row, first, start, page, pages, blocks, BLOCK_N)
+            at = (number * sk_page + row * sk_t)[:, None] + columns_d[None, :]
+            kt = tl.load(k_base + at, mask=inside_d[None, :])
+            at = (number * sv_page + row * sv_t)[:, None] + columns_d[None, :]
+            vt = tl.load(v_base + at, mask=inside_d[None, :])
+            accumulator, running_max, running_sum = fold_keys(
+                accumulator, running_max, running_sum, q_tile, kt, vt,
+                first + tl.arange(0, BLOCK_N), cached_end, query, diagonal, left, right,
+                factor, softcap, False,
+            )  # fmt: skip
+        before = tl.cdiv(u0 - s, BLOCK_N)
+        after = tl.cdiv(cached_end - u1, BLOCK_N)
+        for index in tl.range(0, before + after):
+            first = tl.where(index < before, s + index * BLOCK_N, u1 + (index - before) * BLOCK_N)
+            columns = first + tl.arange(0, BLOCK_N)
+            loaded = (columns < cached_end)[:, None] & inside_d[None, :]
+            number, row = key_rows(table_row, first, start, page, pages, blocks, BLOCK_N)
+            at = (number * sk_page + row * sk_t)[:, None] + columns_d[None, :]
+            kt = tl.load(k_base + at, mask=loaded, other=0.0)
+            at = (number * sv_page + row * sv_t)[:, None] + columns_d[None, :]
+            vt = tl.load(v_base + at, mask=loaded, other=0.0)
+            accumulator, running_max, running_sum = fold_keys(
+                accumulator, running_max, running_sum, q_tile, kt, vt, columns, cached_end,
+                query, diagonal, left, right, factor, softcap, True,
+            )  # fmt: skip
+        # The new entries, read where they arrive (the first block writes them into the
+        # cache): a decode step's few, 16 at a time.
+        for first in tl.range(tl.maximum(s, cached), e, 16, num_stages=1):
+            columns = first + tl.arange(0, 16)
+            entry = columns - cached
+            loaded = (columns < e)[:, None] & inside_d[None, :]
+            kt = tl.load(
+                kn_head + entry[:, None] * skn_t + columns_d[None, :], mask=loaded, other=0.0
+            )
+            vt = tl.load(
+                vn_head + entry[:, None] * svn_t + columns_d[None, :], mask=loaded, other=0.0
+            )
+            accumulator, running_max, running_sum = fold_keys(
+                accumulator, running_max, running_sum, q_tile, kt, vt, columns, e, query,
+                diagonal, left, right, factor, softcap, True,
+            )  # fmt: skip
+        # The request's rows of the output and of the log-sum-exp ((batch, heads, seqlen)
+        # for a uniform batch, (heads, total_q) for packed queries).
+        o_request = o + q_first.to(tl.int64) * so_t
+        lse_request = lse + tl.where(q_len > 0, b, 0).to(tl.int64) * sl_b
+        lse_request += tl.where(q_len > 0, 0, q_first).to(tl.int64) * sl_t
+        o_rows = o_request + query[:, None] * so_t + head[:, None] * so_h
+        lse_rows = lse_request + head * sl_h + query * sl_t
+        if MAX_PARTS > 1:
+            if used > 1:
+                combine(
+                    accumulator, running_max, running_sum, workspace, launch, o_request,
+                    lse_request, local * BLOCK_M, tl.minimum(q_count * group - local * BLOCK_M,
+                    BLOCK_M), group, kv_head, so_t, so_h, sl_h, sl_t, head_dim,
+                    block * heads_kv + kv_head, part, parts, used, BLOCK_M, BLOCK_D, MAX_PARTS,
+                )  # fmt: skip
+            else:
+                finish(accumulator, running_max, running_sum, o_rows, lse_rows, live, inside_d)
+        else:
+            finish(accumulator, running_max, running_sum, o_rows, lse_rows, live, inside_d)
+
+
+@triton.jit
+def finish(accumulator, running_max, running_sum, o_rows, lse_rows, live, inside_d):
+    """Store the rows and their log-sum-exp (natural log; +inf for a row that saw no
+    key, whose output is 0, as FlashAttention gives them)."""
+    empty = running_sum == 0
+    result = tl.where(empty[:, None], 0.0, accumulator / running_sum[:, None])
+    columns_d = tl.arange(0, accumulator.shape[1])
+    tl.store(
+        o_rows + columns_d[None, :],
+        result.to(o_rows.dtype.element_ty),
+        mask=live[:, None] & inside_d[None, :],
+    )
+    lse = tl.where(empty, float("inf"), (running_max + tl.log2(running_sum)) / 1.4426950408889634)
+    tl.store(lse_rows, lse, mask=live)
+
+
+@triton.jit
+def combine(
+    accumulator, running_max, running_sum, workspace, launch, o_request, lse_request,
+    first_row, live_rows, group, kv_head, so_t, so_h, sl_h, sl_t, head_dim, tile, part,
+    parts, used, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, MAX_PARTS: tl.constexpr,
+):  # fmt: skip
+    """Split keys: leave this part's maximum, sum and accumulator of each row in the
+    workspace; the last of the `used` parts to arrive rescales every part's to their
+    common maximum and stores the rows (the block's `live_rows` from `first_row` of the
+    request's rows). Every part's partial results of a few rows come in one round of
+    loads: a loop over the parts waited on L2 once per part (11 of a batch-1 decode's
+    20 us). Workspace: an int64 counter per program (one per tile of rows in use), then
+    each program's partial result."""
+    counters = workspace.to(tl.pointer_type(tl.int64))
+    slot = counters + tile
+    claim(slot, launch)
+    partials = partial_results(workspace)
+    size = BLOCK_M * (2 + BLOCK_D)
+    within = tl.arange(0, BLOCK_M)
+    columns = tl.arange(0, BLOCK_D)
+    inside = columns < head_dim
+    mine = partials + (tile.to(tl.int64) * parts + part) * size
+    tl.store(mine + within, running_max)
+    tl.store(mine + BLOCK_M + within, running_sum)
+    cells = mine + 2 * BLOCK_M + within[:, None] * BLOCK_D + columns[None, :]
+    tl.store(cells, accumulator, mask=(within < live_rows)[:, None] & inside[None, :])
+    tl.debug_barrier()  # every thread's part stored before the counter says so
+    if arrive(slot, launch) == used:
+        # 8192 cells of partial results a round: 64 registers a thread in 4 warps.
+        ROWS: tl.constexpr = 8192 // (MAX_PARTS * BLOCK_D) if MAX_PARTS * BLOCK_D < 8192 else 1
+        first = partials + tile.to(tl.int64) * parts * size
+        others = tl.arange(0, MAX_PARTS)
+        for chunk in tl.range(0, live_rows, ROWS, num_stages=1):
+            rows = chunk + tl.arange(0, ROWS)
+            read = (others < used)[:, None] & (rows < live_rows)[None, :]
+            slots = first + others[:, None] * size + rows[None, :]
+            maxima = tl.load(slots, mask=read, other=float("-inf"), cache_modifier=".cg")
+            sums = tl.load(slots + BLOCK_M, mask=read, other=0.0, cache_modifier=".cg")
+            rows_at = first + others[:, None] * size + 2 * BLOCK_M + rows[None, :] * BLOCK_D
+            partial = tl.load(
+                rows_at[:, :, None] + columns[None, None, :],
+                mask=read[:, :, None] & inside[None, None, :],
+                other=0.0,
+                cache_modifier=".cg",
+            )
+            highest = tl.max(maxima, 0)
+            shift = tl.where(highest == float("-inf"), 0.0, highest)
+            weights = tl.exp2(maxima - shift[None, :])
+            total = tl.sum(weights * sums, 0)
+            result = tl.sum(weights[:, :, None] * partial, 0)
+            result = tl.where(total[:, None] == 0, 0.0, result / total[:, None])
+            row = first_row + rows
+            query = row // group
+            head = kv_head * group + row % group
+            stored = rows < live_rows
+            o_rows = o_request + query[:, None] * so_t + head[:, None] * so_h + columns[None, :]
+            tl.store(o_rows, result.to(o_request.dtype.element_ty), mask=stored[:, None] & inside)
+            lse = tl.where(total == 0, float("inf"), (shift + tl.log2(total)) / 1.4426950408889634)
+            tl.store(lse_request + head * sl_h + query * sl_t, lse, mask=stored)
+        tl.store(slot, 0)  # a graph's replay finds no count of its own

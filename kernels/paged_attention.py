@@ -1,0 +1,200 @@
+"""paged_attention: FlashAttention's inference attention over ragged batches, packed
+(varlen) keys and paged or dense KV caches, which flash_attn_varlen_func and
+flash_attn_with_kvcache (aot/runtime/_flash_attn.py) call. Softmax(q k^T * scale)
+v per request, causal aligned to the bottom right, sliding windows, softcapping,
+GQA/MQA, new cache entries appended by the same launch; the result and each row's
+log-sum-exp.
+
+The kernel is _lib/paged.py's. Head dims 64, 128 and 256 are built; the others of up to
+256 (multiples of 8) run in the next one's tiles, their padding masked. fp16 and bf16,
+as FlashAttention.
+
+Two configurations, by the longest request's queries (the grid's `queries` dim):
+decode (up to 8 queries: a decode or speculative step) splits each request's keys into
+parts in blocks of 16 rows; prefill (and mixed batches) runs blocks of 64 rows unsplit.
+"""
+
+import ninetoothed
+from ninetoothed import Tensor
+
+from ntops_aot.aot.declare.api import Api, sample
+from ntops_aot.aot.declare.space import Bucket, Config, Tuning, VariantSpace
+
+# ninetoothed copies into a kernel the Triton functions of its application's module:
+# `attend_paged` and every function it calls are imported by name.
+from ._lib.paged import (  # noqa: F401
+    attend_block,
+    attend_paged,
+    combine,
+    finish,
+    fold_keys,
+    key_length,
+    key_rows,
+    query_start,
+    request_of,
+)
+from ._lib.parts import arrive, claim, partial_results  # noqa: F401
+
+# Queries per request up to which a call takes the decode configuration
+# (aot/runtime/_flash_attn.py's DECODE_QUERIES; a test keeps them equal).
+DECODE_QUERIES = 8
+# The grid's unit: 16 rows. Request b's blocks start at cu_q[b] * group // 16 + b.
+UNIT_ROWS = 16
+
+SPACE = VariantSpace(
+    dtypes=("fp16", "bf16"),
+    ndims=(3,),
+    switches={"head_dim": ("64", "128", "256")},
+    coalesce="none",
+    unspecialized=("plan", "cu_seqlens_q", "k_starts", "k_lens", "block_table", "lse"),
+    # 64-bit and unaligned calls (caches of over 2^31 elements, head dims not a multiple
+    # of 16) take the generic 64-bit kernel.
+    specs=("aligned", "wide"),
+    in_place=False,
+    workspace="workspace",
+    launch_id="launch",
+    # plan: (heads_kv, units of 16 rows, parts, the longest request's queries up to
+    # DECODE_QUERIES + 1), an expanded view whose shape is the grid and the bucket;
+    # queries packed (tokens, heads, head_dim); caches (blocks or batch, page or
+    # sequence, heads_kv, head_dim).
+    dims={
+        "plan": ("heads_kv", None, None, None),
+        "output": ("tokens", "heads_q", "head_dim"),
+        "query": ("tokens", "heads_q", "head_dim"),
+        "key": (None, None, "heads_kv", "head_dim"),
+        "value": (None, None, "heads_kv", "head_dim"),
+        "key_new": (None, None, "heads_kv", "head_dim"),
+        "value_new": (None, None, "heads_kv", "head_dim"),
+        "lse": (None, "heads_q", None),
+    },
+)
+
+API = Api(
+    "(Tensor query, Tensor key, Tensor value, Tensor? cu_seqlens_q=None,"
+    " Tensor? seqused_k=None, Tensor? cu_seqlens_k=None, Tensor? block_table=None,"
+    " Tensor? key_new=None, Tensor? value_new=None, int max_seqlen_q=-1,"
+    " float? softmax_scale=None, bool causal=False, int window_left=-1, int window_right=-1,"
+    " float softcap=0.0, int num_splits=0)",
+    "ntops_prebuilt._paged_reference.reference",
+    wrapper="_flash_attn",
+    returns="(Tensor, Tensor)",
+    mutates=("key", "value"),
+    doc="Attention over ragged batches and paged or dense KV caches: (out, softmax_lse).",
+    # As scaled_dot_product_attention's: half-type probabilities rounded before P @ V.
+    tolerance={"fp16": (1e-2, 1e-2), "bf16": (1.6e-2, 1e-2)},
+    # Dense caches attended whole (the samples' tensors are random: no lengths or tables);
+    # tests/ops/paged_attention.py and tests/gpu/test_flash_attn.py make the rest.
+    samples=(
+        sample(query=(2, 3, 8, 64), key=(2, 40, 2, 64), value=(2, 40, 2, 64), causal=True),
+        sample(query=(1, 1, 32, 128), key=(1, 300, 8, 128), value=(1, 300, 8, 128)),
+    ),
+)
+
+
+def _tiles(m, n, d, warps, stages, parts=1):
+    premake = {"block_size_m": m, "block_size_n": n, "block_size_d": d, "parts": parts}
+    return Config(premake, num_warps=warps, num_stages=stages)
+
+
+def config(variant, bucket):
+    """Decode: 16 rows (a GQA group's heads of one query or a few) and 128 keys a block
+    in 2 stages, the keys in up to 64 parts. H100 sweep (2026-11-26, bf16, head_dim 128,
+    32/8 heads, page 16, batch 1-256, tests/benchmarks/bench_paged_attention.py): 128 keys
+    in 2 stages led 64 keys in 3 by 1.05-1.26x (1545 against 1924 us at batch 256,
+    uniform 128..8192 keys); 8 warps 0.68x, 2 warps 0.75x, 32 keys 0.78x. Prefill: 64
+    rows, 64 keys, 3 stages: 128 rows in 8 warps were 1.16x faster on 8 ragged prefills
+    but 0.68x on a prefill chunk beside 63 decodes (rows of one query fill a 64-row block
+    to a sixteenth), the batches a server runs. head_dim 256 takes half the keys: two
+    stages of 128 keys of 256 dims, keys and values, are 256 KiB."""
+    head_dim = int(dict(variant.switches)["head_dim"])
+    wide = head_dim > 128
+    small_shared = variant.arch in ("sm_86", "sm_89", "sm_120")
+    if bucket == "decode":
+        block_n = 64 if wide or small_shared else 128
+        if wide and small_shared:
+            block_n = 32
+        return _tiles(UNIT_ROWS, block_n, head_dim, 4, 2, parts=64)
+    if wide:
+        return _tiles(64, 32, head_dim, 8, 2)
+    return _tiles(64, 64, head_dim, 4, 2 if small_shared else 3)
+
+
+# Buckets only: the launcher tells decode from prefill by the grid's `queries` dim. No
+# sample calls (a tuning run's operands cannot say lengths and page tables): the
+# configurations were swept by tests/benchmarks/bench_paged_attention.py instead.
+TUNING = Tuning(
+    function="paged_attention",
+    reference="",
+    key=("plan", -1),
+    buckets=(Bucket("decode", DECODE_QUERIES), Bucket("prefill")),
+)
+
+
+def workspace(config):
+    """Split configurations: per program, a counter (int64), then its partial result:
+    each row's running maximum and sum and fp32 accumulator."""
+    parts = config.premake.get("parts", 1)
+    if parts <= 1:
+        return (0, 0)
+    rows, width = config.premake["block_size_m"], config.premake["block_size_d"]
+    return (8 + 4 * rows * (2 + width), 0)
+
+
+def arrangement(plan, *rest, block_size_m):
+    """The grid: (heads_kv, units of 16 rows by block_size_m's, parts); the tensors are
+    read through their pointers (`attend_paged`)."""
+    grid = plan.tile((1, block_size_m // UNIT_ROWS, 1, DECODE_QUERIES + 1))
+    return (grid, *(t.tile((1,) * t.ndim) if t.ndim else t for t in rest))
+
+
+def application(
+    plan, output, query, key, value, key_new, value_new, cu_seqlens_q, k_starts, k_lens,
+    block_table, lse, scale, softcap, left, right, q_len, k_len, packed_k, cumulative,
+    page_size, appended, min_chunk, batch, workspace, launch, block_m, block_n, block_d, parts,
+):  # fmt: skip
+    attend_paged(
+        query.source.data_ptr(), output.source.data_ptr(), key.source.data_ptr(),
+        value.source.data_ptr(), key_new.source.data_ptr(), value_new.source.data_ptr(),
+        cu_seqlens_q.source.data_ptr(), k_starts.source.data_ptr(), k_lens.source.data_ptr(),
+        block_table.source.data_ptr(), lse.source.data_ptr(), workspace.source.data_ptr(),
+        launch, scale, softcap, left, right, q_len, k_len, packed_k, cumulative, page_size,
+        appended, min_chunk, batch, query.source.shape[0],
+        query.source.shape[1], key.source.shape[2], query.source.shape[2],
+        plan.source.shape[2], key.source.shape[0], block_table.source.shape[1],
+        key.source.shape[1], query.source.stride(0), query.source.stride(1),
+        output.source.stride(0), output.source.stride(1), key.source.stride(0),
+        key.source.stride(1), key.source.stride(2), value.source.stride(0),
+        value.source.stride(1), value.source.stride(2), key_new.source.stride(0),
+        key_new.source.stride(1), key_new.source.stride(2), value_new.source.stride(0),
+        value_new.source.stride(1), value_new.source.stride(2), block_table.source.stride(0),
+        lse.source.stride(0), lse.source.stride(1), lse.source.stride(2),
+        block_m, block_n, block_d, parts,
+    )  # fmt: skip
+
+
+def premake(
+    ndim, dtype, head_dim="128", block_size_m=16, block_size_n=64, block_size_d=128, parts=1,
+    spec=None,
+):  # fmt: skip
+    plan = Tensor(4, dtype=dtype)
+    output, query = Tensor(3, dtype=dtype), Tensor(3, dtype=dtype)
+    caches = tuple(Tensor(4, dtype=dtype) for _ in range(4))
+    int32 = ninetoothed.int32
+    tables = (Tensor(1, dtype=int32), Tensor(1, dtype=int32), Tensor(1, dtype=int32))
+    block_table, lse = Tensor(2, dtype=int32), Tensor(3, dtype=ninetoothed.float32)
+    scalars = (Tensor(0, dtype=ninetoothed.float32), Tensor(0, dtype=ninetoothed.float32))
+    scalars += tuple(Tensor(0, dtype=int32) for _ in range(10))
+    workspace, launch = Tensor(1, dtype=int32), Tensor(0, dtype=ninetoothed.int64)
+    fixed = tuple(
+        Tensor(0, constexpr=True, value=value)
+        for value in (block_size_m, block_size_n, block_size_d, parts)
+    )
+    tensors = (
+        plan, output, query, *caches, *tables, block_table, lse, *scalars, workspace, launch,
+        *fixed,
+    )  # fmt: skip
+
+    def arrange(*args):
+        return arrangement(*args, block_size_m=block_size_m)
+
+    return arrange, application, tensors

@@ -1,0 +1,110 @@
+"""paged_attention without a GPU: the runtime's constants agree with the kernel file's, the
+split of a decode's keys follows from shapes as documented, the op's schema declares its
+cache writes and two results, and the dense reference (the GPU tests' yardstick) agrees
+with attention written request by request."""
+
+import math
+
+import pytest
+import torch
+
+from ntops_aot.kernels import paged_attention as declared
+from tests.ops.paged_attention import reference
+
+
+def test_the_runtime_and_the_kernel_file_agree(installed):
+    runtime = installed._flash_attn
+    assert runtime.DECODE_QUERIES == declared.DECODE_QUERIES
+    assert runtime._UNIT_ROWS == declared.UNIT_ROWS
+    variant = type("V", (), {"switches": (("head_dim", "128"),), "arch": "sm_90"})()
+    assert declared.config(variant, "decode").premake["parts"] == runtime._MOST_PARTS
+    assert declared.config(variant, "decode").premake["block_size_m"] == declared.UNIT_ROWS
+
+
+@pytest.mark.parametrize(
+    ("heads_kv", "units", "capacity", "splits", "expected"),
+    [
+        (8, 1, 8192, 0, (64, 256)),  # batch 1: every multiprocessor, parts of 256 keys or more
+        (8, 320, 8192, 0, (3, 256 * 19)),  # batch 256: the workspace caps it; long parts
+        (8, 10, 32768, 0, (32, 256)),  # batch 8 whose table holds 32k keys: 1k-key parts
+        (8, 80, 32768, 0, (12, 1024)),  # batch 64 of those: the workspace caps it
+        (8, 10, 32768, 1, (1, 1 << 30)),  # num_splits=1: no split
+        (8, 10, 32768, 5, (5, 256)),  # num_splits=n: n parts
+        (8, 2000, 128, 0, (2, 256 * 121)),  # more tiles than anything: still 2 parts
+    ],
+)
+def test_decode_splits_follow_from_shapes(installed, monkeypatch, heads_kv, units, capacity,
+                                         splits, expected):  # fmt: skip
+    runtime = installed._flash_attn
+    monkeypatch.setattr(runtime, "_multiprocessors", lambda index: 132)
+    device = torch.device("cuda", 0)
+    assert runtime._parts(heads_kv, units, capacity, device, splits) == expected
+
+
+def test_the_schema_declares_the_cache_writes_and_both_results(installed):
+    schema = str(torch.ops.ntops_prebuilt.paged_attention.default._schema)
+    assert "Tensor(a!) key, Tensor(b!) value" in schema
+    assert schema.endswith("-> (Tensor, Tensor)")
+
+
+def _per_request(q, k, v, causal, left, softcap):
+    """One request's attention, the plain way: (Lq, Hq, D) over (Lk, Hk, D)."""
+    lq, heads, dim = q.shape
+    lk = k.shape[0]
+    k = k.float().repeat_interleave(heads // k.shape[1], 1)
+    v = v.float().repeat_interleave(heads // v.shape[1], 1)
+    out = torch.zeros(lq, heads, dim)
+    for i in range(lq):
+        position = i + lk - lq
+        for h in range(heads):
+            scores = (k[:, h] @ q[i, h].float()) / math.sqrt(dim)
+            if softcap:
+                scores = softcap * torch.tanh(scores / softcap)
+            keys = torch.arange(lk)
+            seen = torch.ones(lk, dtype=torch.bool)
+            if causal:
+                seen &= keys <= position
+            if left >= 0:
+                seen &= keys >= position - left
+            if seen.any():
+                weights = torch.softmax(scores.masked_fill(~seen, float("-inf")), 0)
+                out[i, h] = weights @ v[:, h]
+    return out
+
+
+@pytest.mark.parametrize("layout", ["paged", "packed", "dense"])
+def test_the_dense_reference_agrees_request_by_request(layout):
+    torch.manual_seed(0)
+    dtype, heads_kv, group, dim, page = torch.bfloat16, 2, 3, 16, 5
+    q_lens, k_lens = [1, 4, 3], [6, 9, 3]
+    query = torch.randn(sum(q_lens), heads_kv * group, dim, dtype=dtype)
+    cu_q = torch.tensor([0, 1, 5, 8], dtype=torch.int32)
+    ks = [torch.randn(n, heads_kv, dim, dtype=dtype) for n in k_lens]
+    vs = [torch.randn(n, heads_kv, dim, dtype=dtype) for n in k_lens]
+    options = {"causal": True, "window_left": 4, "softcap": 7.0, "max_seqlen_q": 4}
+    if layout == "packed":
+        cu_k = torch.tensor([0, 6, 15, 18], dtype=torch.int32)
+        args = (torch.cat(ks), torch.cat(vs), cu_q)
+        out, lse = reference(query, *args, cu_seqlens_k=cu_k, **options)
+    else:
+        lengths = torch.tensor(k_lens, dtype=torch.int32)
+        if layout == "paged":
+            table = torch.tensor([[5, 0], [2, 4], [1, 3]], dtype=torch.int32)
+            caches = [torch.zeros(6, page, heads_kv, dim, dtype=dtype) for _ in "kv"]
+            for b, n in enumerate(k_lens):
+                for j in range(n):
+                    caches[0][table[b, j // page], j % page] = ks[b][j]
+                    caches[1][table[b, j // page], j % page] = vs[b][j]
+            out, lse = reference(query, *caches, cu_q, lengths, block_table=table, **options)
+        else:
+            caches = [torch.zeros(3, 10, heads_kv, dim, dtype=dtype) for _ in "kv"]
+            for b, n in enumerate(k_lens):
+                caches[0][b, :n], caches[1][b, :n] = ks[b], vs[b]
+            out, lse = reference(query, *caches, cu_q, lengths, **options)
+    start = 0
+    for b, lq in enumerate(q_lens):
+        expected = _per_request(query[start : start + lq], ks[b], vs[b], True, 4, 7.0)
+        got = out[start : start + lq].float()
+        torch.testing.assert_close(got, expected, rtol=1.6e-2, atol=1e-2)
+        start += lq
+    assert lse.shape == (heads_kv * group, sum(q_lens))
