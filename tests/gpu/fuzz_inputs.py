@@ -90,9 +90,12 @@ def apply(tensor, step):
     raise ValueError(f"unknown view step {step!r}")
 
 
-def materialize(case, device):
+def materialize(case, device, resolved=False):
     """The case's (args, kwargs) with fresh copies of its tensors on `device`; an
-    Operand used twice is the same tensor object twice."""
+    Operand used twice is the same tensor object twice. `resolved`: a subclass wraps
+    its tensor's values with negative and conjugate bits resolved, for torch's answer:
+    torch's own ops on a wrapper of a negative view read its memory un-negated (torch
+    2.11, H100: div(Wrapper(x._neg_view()), -1.5) gave x / -1.5)."""
     bases = [b.values.to("cpu" if b.on_cpu else device, copy=True) for b in case.bases]
     made, modes = {}, []
 
@@ -101,7 +104,7 @@ def materialize(case, device):
         for step in operand.steps:
             tensor = apply(tensor, step)
         if operand.wrap == "subclass":
-            return Wrapper(tensor)
+            return Wrapper(tensor.resolve_neg().resolve_conj() if resolved else tensor)
         if operand.wrap == "fake":
             modes[:] = modes or [FakeTensorMode(allow_non_fake_inputs=True)]
             return modes[0].from_tensor(tensor)
