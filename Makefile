@@ -16,7 +16,7 @@ OUT ?= dist
 SEED ?= 0
 CASES ?= 30000
 
-.PHONY: install test lint build gpu-test fuzz bench bench-layer clean
+.PHONY: install test lint build gpu-test fuzz bench bench-layer bench-serving clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -60,5 +60,11 @@ bench:
 bench-layer:
 	$(PY) tests/benchmarks/bench_layer.py --json bench_layer.json --png bench_layer.png
 
+# Paged attention and serving steps of the layer against FlashInfer, which must be
+# importable (pip install flashinfer-python; its kernels JIT-compile at first use).
+bench-serving:
+	$(PY) tests/benchmarks/bench_paged_attention.py --json bench_paged_attention.json
+	$(PY) tests/benchmarks/bench_serving.py --json bench_serving.json
+
 clean:
-	rm -rf generated $(OUT) bench.json bench_launch.json bench_ops.json bench_layer.json bench_layer.png fuzz.json
+	rm -rf generated $(OUT) bench.json bench_launch.json bench_ops.json bench_layer.json bench_layer.png bench_paged_attention.json bench_serving.json fuzz.json
