@@ -40,7 +40,8 @@ from .parts import arrive, claim, partial_results
 @triton.jit
 def query_start(cu_q, b, q_len):
     """Request b's first query in the packed tokens: b * q_len for a uniform batch."""
-    return tl.load(cu_q + b, mask=q_len == 0, other=0) + b * q_len
+    # Masks are tensors (b * 0 + ...): Triton's interpreter refuses a Python bool.
+    return tl.load(cu_q + b, mask=(b * 0 + q_len) == 0, other=0) + b * q_len
 
 
 @triton.jit
@@ -60,7 +61,7 @@ def request_of(cu_q, block, batch, q_len, group, BLOCK_M: tl.constexpr):
 def key_length(k_lens, b, k_len, cumulative):
     """Request b's keys: the same for all (k_len >= 0), or from k_lens (counts, or
     cumulative counts: cu_seqlens_k)."""
-    read = k_len < 0
+    read = (b * 0 + k_len) < 0
     counted = tl.load(k_lens + b + cumulative, mask=read, other=0) - tl.load(
         k_lens + b, mask=read & (cumulative != 0), other=0
     )
@@ -74,7 +75,7 @@ def key_rows(table_row, first, start, page_size, pages, blocks, N):
     and rows in the page, 64-bit; unpaged keys (page_size 1073741824) read no table."""
     columns = first + tl.arange(0, N)
     page = tl.minimum(columns // page_size, pages - 1)
-    number = tl.load(table_row + page, mask=page_size < 1073741824, other=0)
+    number = tl.load(table_row + page, mask=(page * 0 + page_size) < 1073741824, other=0)
     number = tl.minimum(tl.maximum(number, 0), blocks - 1).to(tl.int64)
     return number, (start + columns % page_size).to(tl.int64)
 
@@ -181,7 +182,7 @@ def attend_block(
     """One block of rows of request b (see attend_paged)."""
     query = tl.where(live, rows, 0) // group
     head = kv_head * group + tl.where(live, rows, 0) % group
-    start = tl.load(k_starts + b, mask=packed_k != 0, other=0)
+    start = tl.load(k_starts + b, mask=(b * 0 + packed_k) != 0, other=0)
     # The keys in the cache, bounded by what the table (or a dense cache, or the
     # packed keys) holds.
     capacity = tl.where(paged, pages * page, tl.maximum(rows_kv - start, 0))

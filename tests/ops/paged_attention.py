@@ -5,6 +5,7 @@ check and opcheck make (`calls`), and the fuzz's random calls (`fuzz_spec`)."""
 
 import functools
 import importlib.util
+import math
 import pathlib
 
 import torch
@@ -155,3 +156,60 @@ def _draw(d, op):
 def _atol(args, kwargs, precision):
     largest = args[2].abs().double().amax()
     return {torch.float16: 1e-2, torch.bfloat16: 2e-2}.get(args[0].dtype, 1e-4) * largest
+
+
+def interpreted(make):
+    """The kernel under Triton's interpreter (CPU, fp16, head_dim 64, unsplit 16x16
+    tiles): a paged decode-and-append step of uniform queries, and ragged packed queries
+    over packed keys under a causal sliding window with softcapping, against the dense
+    reference; the appended entries land in their pages."""
+    kernel = make(
+        "paged_attention", 3, "fp16", head_dim="64", block_size_m=16, block_size_n=16,
+        block_size_d=64, parts=1,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    half, dim, heads_kv, group, page = torch.float16, 64, 2, 3, 5
+
+    def plan(units, queries):
+        return torch.zeros((), dtype=half).expand(heads_kv, units, 1, min(queries, 9))
+
+    # Uniform queries (batch 2, 2 each) over a paged cache, 2 new entries each.
+    batch, q_len = 2, 2
+    query = torch.randn(batch * q_len, heads_kv * group, dim, dtype=half)
+    caches = [torch.randn(8, page, heads_kv, dim, dtype=half) for _ in "kv"]
+    table = torch.tensor([[3, 0, 6], [5, 1, 2]], dtype=torch.int32)
+    lengths = torch.tensor([7, 11], dtype=torch.int32)
+    new = [torch.randn(batch, q_len, heads_kv, dim, dtype=half) for _ in "kv"]
+    expected = [c.clone() for c in caches]
+    want, want_lse = reference(
+        query.view(batch, q_len, heads_kv * group, dim), *expected, None, lengths,
+        block_table=table, key_new=new[0], value_new=new[1], causal=True,
+    )  # fmt: skip
+    out, lse = torch.empty_like(query), torch.empty(batch, heads_kv * group, q_len)
+    units = batch * q_len * group // 16 + batch
+    kernel(
+        plan(units, q_len), out, query, *caches, *new, lengths, lengths, lengths, table, lse,
+        1 / math.sqrt(dim), 0.0, -1, 0, q_len, -1, 0, 0, page, q_len, 1 << 30, batch,
+    )  # fmt: skip
+    torch.testing.assert_close(out.view(want.shape).float(), want.float(), rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(lse, want_lse, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(caches[0], expected[0], rtol=0, atol=0)  # the entries written
+
+    # Ragged packed queries over packed keys, causal, a window of 4, softcap 7.
+    q_lens = [1, 4, 3]  # over 6, 9 and 3 keys
+    cu_q = torch.tensor([0, 1, 5, 8], dtype=torch.int32)
+    cu_k = torch.tensor([0, 6, 15, 18], dtype=torch.int32)
+    query = torch.randn(8, heads_kv * group, dim, dtype=half)
+    keys, values_ = (torch.randn(18, heads_kv, dim, dtype=half) for _ in "kv")
+    want, want_lse = reference(
+        query, keys, values_, cu_q, None, cu_k, causal=True, window_left=4, softcap=7.0
+    )
+    out, lse = torch.empty_like(query), torch.empty(heads_kv * group, 8)
+    units = 8 * group // 16 + 3
+    kernel(
+        plan(units, max(q_lens)), out, query, keys[None], values_[None], keys[None],
+        values_[None], cu_q, cu_k, cu_k, cu_q[None], lse[None], 1 / math.sqrt(dim), 7.0, 4,
+        0, 0, -1, 1, 1, 0, 0, 1 << 30, 3,
+    )  # fmt: skip
+    torch.testing.assert_close(out.float(), want.float(), rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(lse, want_lse, rtol=1e-3, atol=1e-3)

@@ -787,7 +787,4 @@ test_ordinary_ops = interpreted(check_ordinary_ops)
 # math is the GPU suite's alone.
 LEFT_TO_THE_GPU = {
     "div": "Triton's interpreter cannot `|` a number's comparison with a block's (unflushing)",
-    "paged_attention": "not yet checked interpreted (its programs find their requests by "
-    "a search over cu_seqlens_q and count split parts with atomics); tests/gpu/"
-    "test_flash_attn.py and test_every_kernel run it against the dense reference",
 }
