@@ -5,8 +5,8 @@ paged cache, the new entries written by the same launch), with FlashAttention's
 arguments, semantics and results; both call `paged_attention`, one torch.library op
 whose schema declares the cache writes.
 
-Every call is checked before anything is written: shapes, dtypes, devices, the page
-table's and the lengths' shapes and dtypes, head dims. What only GPU memory holds (a
+Every call is checked before anything is written (_paged_checks.py): shapes, dtypes,
+devices, the page table's and the lengths' shapes and dtypes, head dims. What only GPU memory holds (a
 page number past the cache, a length past the table) cannot make the kernel read or
 write outside the cache: it clamps every index. NTOPS_PREBUILT_CHECK_PAGES=1 also
 reads them back (a host synchronisation) and names the request at fault.
@@ -16,7 +16,6 @@ lengths' values), so calls with fixed-shape tables can be captured in CUDA graph
 """
 
 import functools
-import itertools
 import math
 import os
 
@@ -24,14 +23,13 @@ import torch
 
 from . import _C
 from . import _checks as check
+from . import _paged_checks as checks
 from ._C import SubclassError
-from ._errors import NotBuiltError
 from ._library import compiling, fake, increment_versions, routed, traced
 
 _launch = _C.launch
 _OP = "paged_attention"
 _GROUPS = {int(head_dim): group for (head_dim,), group in check.groups(_OP, "head_dim").items()}
-_HEAD_DIMS = tuple(sorted(_GROUPS))
 # kernels/paged_attention.py's DECODE_QUERIES and UNIT_ROWS (tests/unit keeps them equal):
 # calls of up to 8 queries per request split their keys; the grid counts 16-row units.
 DECODE_QUERIES = 8
@@ -46,220 +44,11 @@ _CHUNK_KEYS = 256
 _WORKSPACE_PROGRAMS = 8192
 _DTYPES = (torch.float16, torch.bfloat16)
 EXPORTS = ("flash_attn_varlen_func", "flash_attn_with_kvcache")
-# What each function calls paged_attention's arguments, for its errors.
-_ARGUMENTS = ("query", "key", "value", "cu_seqlens_q", "seqused_k", "cu_seqlens_k")
-_ARGUMENTS += ("block_table", "key_new", "value_new")
-_NAMES = {
-    _OP: dict(zip(_ARGUMENTS, _ARGUMENTS, strict=True)),
-    "flash_attn_varlen_func": dict(
-        zip(_ARGUMENTS, ("q", "k", "v", *_ARGUMENTS[3:7], "k_new", "v_new"), strict=True)
-    ),
-    "flash_attn_with_kvcache": dict(
-        zip(
-            _ARGUMENTS,
-            ("q", "k_cache", "v_cache", "cu_seqlens_q", "cache_seqlens", "cu_seqlens_k"),
-            strict=False,
-        ),
-        block_table="block_table",
-        key_new="k",
-        value_new="v",
-    ),
-}
-
-
-class _Call:
-    """One call's arguments as the kernel takes them (see `_prepare`)."""
 
 
 @functools.cache
 def _multiprocessors(index):
     return torch.cuda.get_device_properties(index).multi_processor_count
-
-
-def _fail(op, message, kind=ValueError):
-    raise kind(f"{op}: {message}")
-
-
-def _int32(op, name, tensor, shape, device):
-    """`tensor`, checked to be an int32 vector of `shape` on `device`."""
-    name = _NAMES[op][name]
-    check.tensor(op, name, tensor)
-    if tensor.dtype != torch.int32 or tensor.device != device:
-        _fail(
-            op,
-            f"{name} must be int32 on {device}, not {tensor.dtype} on {tensor.device}",
-            TypeError,
-        )
-    if tuple(tensor.shape) != shape:
-        _fail(op, f"{name} must have shape {list(shape)}, not {list(tensor.shape)}")
-    if shape[0] > 1 and tensor.stride(0) != 1:
-        _fail(op, f"{name} must be contiguous (stride {tensor.stride(0)})")
-    return tensor
-
-
-def _features(op, query, key, value):
-    """The tensors' dtypes, devices, head dims and heads; the group of kernels."""
-    names = _NAMES[op]
-    for arg, tensor in (("query", query), ("key", key), ("value", value)):
-        name = names[arg]
-        check.tensor(op, name, tensor)
-        if tensor.dtype not in _DTYPES:
-            _fail(op, f"{name} must be float16 or bfloat16, not {tensor.dtype}", TypeError)
-        if tensor.dtype != query.dtype or tensor.device != query.device:
-            _fail(
-                op,
-                f"{name} is {tensor.dtype} on {tensor.device}, {names['query']} {query.dtype} on "
-                f"{query.device}: they must match",
-                TypeError,
-            )
-        if tensor.shape[-1] and tensor.stride(-1) != 1:
-            _fail(op, f"{name} must have a contiguous last dim (stride {tensor.stride(-1)})")
-    if query.device.type != "cuda":
-        _fail(op, f"tensors must be on a CUDA device, not {query.device}", TypeError)
-    head_dim, q, k, v = query.shape[-1], names["query"], names["key"], names["value"]
-    if key.shape[-1] != head_dim or value.shape[-1] != head_dim:
-        _fail(
-            op,
-            f"{q}, {k} and {v} must share head_dim, got {head_dim}, {key.shape[-1]}, "
-            f"{value.shape[-1]}",
-        )
-    if key.shape != value.shape:
-        _fail(op, f"{k} {list(key.shape)} and {v} {list(value.shape)} must have one shape")
-    heads_q, heads_kv = query.shape[-2], key.shape[-2]
-    if heads_kv == 0 or heads_q % heads_kv:
-        _fail(op, f"{q}'s heads ({heads_q}) must be a multiple of {k}'s ({heads_kv})")
-    if head_dim % 8 or not 0 < head_dim <= 256:
-        _fail(op, f"head_dim must be a multiple of 8 of at most 256, not {head_dim}")
-    built = [size for size in _HEAD_DIMS if size >= head_dim]
-    if not built:
-        raise NotBuiltError(
-            f"ntops_prebuilt.{op}: head_dim {head_dim} is not prebuilt; kernels exist for "
-            f"head dims up to {', '.join(map(str, _HEAD_DIMS))} (the `head_dim` switch of "
-            "kernels/paged_attention.py)"
-        )
-    return _GROUPS[built[0]]
-
-
-def _queries(op, call, query, cu_q):
-    """Packed queries (3-D, with cu_seqlens_q) or a uniform batch (4-D)."""
-    names = _NAMES[op]
-    if query.ndim == 3:
-        if cu_q is None:
-            _fail(op, f"packed {names['query']} (total_q, heads, head_dim) needs cu_seqlens_q")
-        check.tensor(op, "cu_seqlens_q", cu_q)
-        if cu_q.ndim != 1 or cu_q.shape[0] == 0:
-            _fail(op, f"cu_seqlens_q must hold batch + 1 offsets, not shape {list(cu_q.shape)}")
-        call.batch, call.q_len = cu_q.shape[0] - 1, 0
-        call.cu_q = _int32(op, "cu_seqlens_q", cu_q, (call.batch + 1,), query.device)
-    elif query.ndim == 4:
-        if cu_q is not None:
-            _fail(op, f"{names['query']} of (batch, seqlen, heads, head_dim) takes no cu_seqlens_q")
-        call.batch, call.q_len, call.cu_q = query.shape[0], query.shape[1], None
-    else:
-        _fail(
-            op,
-            f"{names['query']} must be (total_q, heads, head_dim) or (batch, seqlen, heads, "
-            f"head_dim), not {query.ndim}-D",
-        )
-
-
-def _keys(op, call, key, table):
-    """Paged keys (block_table), packed ones (3-D) or a dense cache (4-D): how many each
-    request may have."""
-    k, batch, device = _NAMES[op]["key"], call.batch, key.device
-    call.packed, call.table, call.page_size = 0, None, 0
-    if table is not None:
-        if key.ndim != 4:
-            _fail(
-                op,
-                f"a paged {k} must be (num_blocks, page_size, heads_k, head_dim), not {key.ndim}-D",
-            )
-        check.tensor(op, "block_table", table)
-        if table.dtype != torch.int32 or table.device != device or table.ndim != 2:
-            _fail(
-                op,
-                f"block_table must be a 2-D int32 tensor on {device}, not {table.ndim}-D "
-                f"{table.dtype} on {table.device}",
-                TypeError,
-            )
-        if table.shape[0] != batch or table.shape[1] == 0:
-            _fail(op, f"block_table {list(table.shape)} must be (batch={batch}, max_blocks >= 1)")
-        if table.shape[1] > 1 and table.stride(1) != 1:
-            _fail(op, f"block_table's rows must be contiguous (stride {table.stride(1)})")
-        if key.shape[1] == 0:
-            _fail(op, f"pages of {k} must hold at least one token (page_size 0)")
-        call.table, call.page_size = table, key.shape[1]
-        return table.shape[1] * key.shape[1]
-    if key.ndim == 3:
-        call.packed = 1
-        return key.shape[0]
-    if key.ndim != 4:
-        _fail(op, f"{k} must be a 3-D packed or 4-D cache tensor, not {key.ndim}-D")
-    if key.shape[0] < batch:
-        _fail(op, f"{k} holds {key.shape[0]} sequences, fewer than the batch's {batch}")
-    return key.shape[1]
-
-
-def _lengths(op, call, key, seqused_k, cu_k):
-    """Each request's keys: seqused_k, else cu_seqlens_k's differences (and packed keys'
-    starts), else the whole cache."""
-    device, batch = key.device, call.batch
-    if call.packed and cu_k is None:
-        _fail(op, f"packed {_NAMES[op]['key']} (total_k, heads_k, head_dim) needs cu_seqlens_k")
-    if cu_k is not None and not call.packed and call.table is None:
-        _fail(op, f"a dense {_NAMES[op]['key']} takes {_NAMES[op]['seqused_k']}, not cu_seqlens_k")
-    call.k_starts = None if cu_k is None else _int32(op, "cu_seqlens_k", cu_k, (batch + 1,), device)
-    call.k_len, call.cumulative = -1, 0
-    if seqused_k is not None:
-        call.k_lens = _int32(op, "seqused_k", seqused_k, (batch,), device)
-    elif cu_k is not None:
-        call.k_lens, call.cumulative = cu_k, 1
-    else:
-        call.k_lens, call.k_len = None, call.keys
-
-
-def _appended(op, call, key, key_new, value_new):
-    """New entries to write after each request's keys: (batch, seqlen_new, heads_k,
-    head_dim), of the cache's dtype and device."""
-    names = _NAMES[op]
-    call.appended, call.new = 0, None
-    if (key_new is None) != (value_new is None):
-        _fail(op, f"give {names['key_new']} and {names['value_new']} (the new entries) together")
-    if key_new is None:
-        return
-    if call.packed:
-        _fail(op, "new entries are appended to a cache, not to packed keys")
-    seqlen = key_new.shape[1] if key_new.ndim == 4 else -1
-    shape = (call.batch, seqlen, key.shape[-2], key.shape[-1])
-    for arg, tensor in (("key_new", key_new), ("value_new", value_new)):
-        name = names[arg]
-        check.tensor(op, name, tensor)
-        if tuple(tensor.shape) != shape:
-            _fail(
-                op,
-                f"{name} must be (batch, seqlen_new, heads_k, head_dim) = {list(shape)}, not "
-                f"{list(tensor.shape)}",
-            )
-        if tensor.dtype != key.dtype or tensor.device != key.device:
-            _fail(
-                op,
-                f"{name} is {tensor.dtype} on {tensor.device}; the cache is {key.dtype} on "
-                f"{key.device}",
-                TypeError,
-            )
-        if tensor.shape[-1] and tensor.stride(-1) != 1:
-            _fail(op, f"{name} must have a contiguous last dim")
-    call.appended, call.new = seqlen, (key_new, value_new)
-
-
-def _prepare(op, query, key, cu_q, seqused_k, cu_k, table, key_new, value_new):
-    """Check the layout of one call and name its parts for the kernel."""
-    call = _Call()
-    _queries(op, call, query, cu_q)
-    call.keys = _keys(op, call, key, table)
-    _lengths(op, call, key, seqused_k, cu_k)
-    _appended(op, call, key, key_new, value_new)
-    return call
 
 
 def _parts(heads_kv, units, capacity, device, num_splits):
@@ -283,59 +72,15 @@ def _parts(heads_kv, units, capacity, device, num_splits):
     return parts, _CHUNK_KEYS * max(1, tiles // slots)
 
 
-def _validate(op, call, query, key):
-    """NTOPS_PREBUILT_CHECK_PAGES=1: read the lengths and pages back (a host
-    synchronisation) and name the request whose would reach outside the table or the
-    cache."""
-    total_q = query.shape[0] if query.ndim == 3 else call.batch * call.q_len
-    q_starts = call.cu_q.tolist() if call.cu_q is not None else [0, total_q]
-    if q_starts[0] < 0 or q_starts[-1] > total_q or q_starts != sorted(q_starts):
-        _fail(op, f"cu_seqlens_q {q_starts} must rise from 0 to at most total_q ({total_q})")
-    starts = call.k_starts.tolist() if call.k_starts is not None else [0] * (call.batch + 1)
-    if call.k_len >= 0:
-        lengths = [call.k_len] * call.batch
-    elif call.cumulative:
-        lengths = [end - begin for begin, end in itertools.pairwise(starts)]
-    else:
-        lengths = call.k_lens.tolist()
-    pages = call.table.tolist() if call.table is not None else None
-    for b, length in enumerate(lengths):
-        if length < 0:
-            _fail(op, f"request {b}: {length} keys")
-        _validate_request(op, call, key, b, starts[b], length + call.appended, pages)
-
-
-def _validate_request(op, call, key, b, start, total, pages):
-    if call.packed:
-        if start + total > key.shape[0]:
-            _fail(op, f"request {b}: keys {start}..{start + total} past the {key.shape[0]} given")
-        return
-    if pages is None:
-        if total > key.shape[1]:
-            _fail(op, f"request {b}: {total} keys past the cache's {key.shape[1]}")
-        return
-    used = -(-total // call.page_size)
-    if used > len(pages[b]):
-        _fail(op, f"request {b}: {total} keys need {used} pages; block_table has {len(pages[b])}")
-    for index, number in enumerate(pages[b][:used]):
-        if not 0 <= number < key.shape[0]:
-            _fail(
-                op,
-                f"request {b}: block_table[{b}, {index}] = {number} is outside the cache's "
-                f"{key.shape[0]} pages",
-                IndexError,
-            )
-
-
 @fake(_OP)
 def _fake(query, key, value, cu_seqlens_q=None, *rest, **kwargs):
     """The results' metadata, after the checks that need no data: dtypes, a unit-stride
     head_dim (as FlashAttention's)."""
     for name, tensor in (("query", query), ("key", key), ("value", value)):
         if tensor.dtype not in _DTYPES or tensor.dtype != query.dtype:
-            _fail(_OP, f"{name} must be float16 or bfloat16, as query is", TypeError)
+            checks.fail(_OP, f"{name} must be float16 or bfloat16, as query is", TypeError)
         if tensor.shape[-1] and tensor.stride(-1) != 1:
-            _fail(_OP, f"{name} must have a contiguous last dim (stride {tensor.stride(-1)})")
+            checks.fail(_OP, f"{name} must have a contiguous last dim (stride {tensor.stride(-1)})")
     if query.ndim == 3:
         lse = query.new_empty((query.shape[1], query.shape[0]), dtype=torch.float32)
     else:
@@ -392,29 +137,17 @@ def _call(op, *args):
         return traced(_OP)(*args)
 
 
-def _options(op, window_left, window_right, softcap, num_splits):
-    for name, number in (
-        ("window_left", window_left),
-        ("window_right", window_right),
-        ("num_splits", num_splits),
-    ):
-        if not isinstance(number, int) or isinstance(number, bool) or number < -1:
-            _fail(op, f"{name} must be an int >= -1, not {number!r}")
-    if not isinstance(softcap, (int, float)) or softcap < 0 or not math.isfinite(softcap):
-        _fail(op, f"softcap must be a finite number >= 0, not {softcap!r}")
-
-
 def _attend(
     op, query, key, value, cu_q, seqused_k, cu_k, table, key_new, value_new, max_seqlen_q,
     softmax_scale, causal, window_left, window_right, softcap, num_splits,
 ):  # fmt: skip
-    group = _features(op, query, key, value)
-    call = _prepare(op, query, key, cu_q, seqused_k, cu_k, table, key_new, value_new)
-    _options(op, window_left, window_right, softcap, num_splits)
+    group = checks.features(op, query, key, value, _GROUPS)
+    call = checks.prepare(op, query, key, cu_q, seqused_k, cu_k, table, key_new, value_new)
+    checks.options(op, window_left, window_right, softcap, num_splits)
     head_dim, heads_kv = query.shape[-1], key.shape[-2]
     scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
     if os.environ.get("NTOPS_PREBUILT_CHECK_PAGES") == "1":
-        _validate(op, call, query, key)
+        checks.validate(op, call, query, key)
     # Every check passed: only now may anything be allocated or written.
     packed_q = query.reshape(-1, query.shape[-2], head_dim) if query.ndim == 4 else query
     out = torch.empty_like(packed_q, memory_format=torch.contiguous_format)
@@ -487,8 +220,8 @@ def flash_attn_varlen_func(
     are a dropout test's, which prebuilt attention has no dropout for). `deterministic`
     holds always: split keys combine in a fixed order."""
     op = "flash_attn_varlen_func"
-    _refuse(op, dropout_p=dropout_p, alibi_slopes=alibi_slopes)
-    left, right = _window(op, window_size)
+    checks.refuse(op, dropout_p=dropout_p, alibi_slopes=alibi_slopes)
+    left, right = checks.window(op, window_size)
     out, lse = _call(
         op, q, k, v, cu_seqlens_q, seqused_k, cu_seqlens_k, block_table, None, None,
         int(max_seqlen_q), softmax_scale, bool(causal), left, right, float(softcap), 0,
@@ -526,19 +259,19 @@ def flash_attn_with_kvcache(
     (out, softmax_lse) with return_softmax_lse. num_splits: 0 picks the split of the keys
     from shapes, 1 does not split, n splits into at most n parts."""
     op = "flash_attn_with_kvcache"
-    _refuse(
+    checks.refuse(
         op, rotary_cos=rotary_cos, rotary_sin=rotary_sin, cache_batch_idx=cache_batch_idx,
         cache_leftpad=cache_leftpad, alibi_slopes=alibi_slopes,
     )  # fmt: skip
-    left, right = _window(op, window_size)
+    left, right = checks.window(op, window_size)
     if q.ndim != 4:
-        _fail(op, f"q must be (batch, seqlen, heads, head_dim), not {q.ndim}-D")
+        checks.fail(op, f"q must be (batch, seqlen, heads, head_dim), not {q.ndim}-D")
     if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
         if cache_seqlens < 0:
-            _fail(op, f"cache_seqlens must be >= 0, not {cache_seqlens}")
+            checks.fail(op, f"cache_seqlens must be >= 0, not {cache_seqlens}")
         cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
     elif cache_seqlens is not None and not isinstance(cache_seqlens, torch.Tensor):
-        _fail(
+        checks.fail(
             op,
             f"cache_seqlens must be an int or an int32 tensor, not {type(cache_seqlens).__name__}",
             TypeError,
@@ -548,31 +281,3 @@ def flash_attn_with_kvcache(
         softmax_scale, bool(causal), left, right, float(softcap), num_splits,
     )  # fmt: skip
     return (out, lse) if return_softmax_lse else out
-
-
-def _refuse(op, **given):
-    """FlashAttention arguments prebuilt attention does not implement, refused by name."""
-    if given.pop("dropout_p", 0.0):
-        _fail(op, "dropout_p must be 0: prebuilt attention is for inference")
-    for name, value in given.items():
-        if value is not None:
-            _fail(
-                op,
-                f"{name} is not supported by prebuilt attention"
-                + (
-                    " (apply rotary embeddings first: ntops_prebuilt.rotary_position_embedding)"
-                    if name.startswith("rotary")
-                    else ""
-                ),
-                NotImplementedError,
-            )
-
-
-def _window(op, window_size):
-    try:
-        left, right = (int(side) for side in window_size)
-    except (TypeError, ValueError):
-        _fail(op, f"window_size must be a pair of ints, not {window_size!r}", TypeError)
-    if left < -1 or right < -1:
-        _fail(op, f"window_size sides must be >= -1 (unbounded), not {window_size!r}")
-    return left, right

@@ -32,6 +32,7 @@ RUNTIME = {
     "_log_softmax.py",
     "_manifest.py",
     "_matmul.py",
+    "_paged_checks.py",
     "_paged_reference.py",
     "_preload.py",
     "_rms_norm.py",
