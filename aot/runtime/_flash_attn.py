@@ -6,10 +6,11 @@ arguments, semantics and results; both call `paged_attention`, one torch.library
 whose schema declares the cache writes.
 
 Every call is checked before anything is written (_paged_checks.py): shapes, dtypes,
-devices, the page table's and the lengths' shapes and dtypes, head dims. What only GPU memory holds (a
-page number past the cache, a length past the table) cannot make the kernel read or
-write outside the cache: it clamps every index. NTOPS_PREBUILT_CHECK_PAGES=1 also
-reads them back (a host synchronisation) and names the request at fault.
+devices, the page table's and the lengths' shapes and dtypes, head dims. What only GPU
+memory holds (a page number past the cache, a length past the table) cannot make the
+kernel read or write outside the cache: it clamps every index.
+NTOPS_PREBUILT_CHECK_PAGES=1 also reads them back (a host synchronisation) and names the
+request at fault.
 
 Launches depend on shapes only (no host synchronisation, no allocation sized by the
 lengths' values), so calls with fixed-shape tables can be captured in CUDA graphs.
