@@ -33,7 +33,7 @@ from ._lib.paged import (  # noqa: F401
     query_start,
     request_of,
 )
-from ._lib.parts import arrive, claim, partial_results  # noqa: F401
+from ._lib.parts import arrive, claim, leave_rows, merged_rows, partial_results  # noqa: F401
 
 # Queries per request up to which a call takes the decode configuration
 # (aot/runtime/_flash_attn.py's DECODE_QUERIES; a test keeps them equal).

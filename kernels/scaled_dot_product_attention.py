@@ -29,7 +29,7 @@ from ._lib import attention
 # ninetoothed copies into a kernel the Triton functions of its application's module:
 # `attend` and every function it calls are imported by name.
 from ._lib.attention import attend, fold, merge  # noqa: F401
-from ._lib.parts import arrive, claim, partial_results  # noqa: F401
+from ._lib.parts import arrive, claim, leave_rows, merged_rows, partial_results  # noqa: F401
 from .tuning import attention as tuning
 
 # The masks, with the kind `attend` reads (0, no mask, is causal past the last key).

@@ -43,7 +43,6 @@ _MOST_PARTS = 64
 _PART_KEYS = 1024
 _CHUNK_KEYS = 256
 _WORKSPACE_PROGRAMS = 8192
-_DTYPES = (torch.float16, torch.bfloat16)
 EXPORTS = ("flash_attn_varlen_func", "flash_attn_with_kvcache")
 
 
@@ -75,13 +74,8 @@ def _parts(heads_kv, units, capacity, device, num_splits):
 
 @fake(_OP)
 def _fake(query, key, value, cu_seqlens_q=None, *rest, **kwargs):
-    """The results' metadata, after the checks that need no data: dtypes, a unit-stride
-    head_dim (as FlashAttention's)."""
-    for name, tensor in (("query", query), ("key", key), ("value", value)):
-        if tensor.dtype not in _DTYPES or tensor.dtype != query.dtype:
-            checks.fail(_OP, f"{name} must be float16 or bfloat16, as query is", TypeError)
-        if tensor.shape[-1] and tensor.stride(-1) != 1:
-            checks.fail(_OP, f"{name} must have a contiguous last dim (stride {tensor.stride(-1)})")
+    """The results' metadata, after the checks that need no data."""
+    checks.elements(_OP, query, key, value)
     if query.ndim == 3:
         lse = query.new_empty((query.shape[1], query.shape[0]), dtype=torch.float32)
     else:

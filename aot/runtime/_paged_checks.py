@@ -59,12 +59,12 @@ def _int32(op, name, tensor, shape, device):
     return tensor
 
 
-def features(op, query, key, value, groups):
-    """The tensors' dtypes, devices, head dims and heads; the group of kernels."""
+def elements(op, query, key, value):
+    """What needs no data (the op's fake checks it too): q, k and v of one half dtype
+    and device, each with a contiguous head_dim (as FlashAttention's)."""
     names = NAMES[op]
     for arg, tensor in (("query", query), ("key", key), ("value", value)):
         name = names[arg]
-        check.tensor(op, name, tensor)
         if tensor.dtype not in _DTYPES:
             fail(op, f"{name} must be float16 or bfloat16, not {tensor.dtype}", TypeError)
         if tensor.dtype != query.dtype or tensor.device != query.device:
@@ -76,6 +76,14 @@ def features(op, query, key, value, groups):
             )
         if tensor.shape[-1] and tensor.stride(-1) != 1:
             fail(op, f"{name} must have a contiguous last dim (stride {tensor.stride(-1)})")
+
+
+def features(op, query, key, value, groups):
+    """The tensors' dtypes, devices, head dims and heads; the group of kernels."""
+    names = NAMES[op]
+    for arg, tensor in (("query", query), ("key", key), ("value", value)):
+        check.tensor(op, names[arg], tensor)
+    elements(op, query, key, value)
     if query.device.type != "cuda":
         fail(op, f"tensors must be on a CUDA device, not {query.device}", TypeError)
     head_dim, q, k, v = query.shape[-1], names["query"], names["key"], names["value"]

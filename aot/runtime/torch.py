@@ -18,24 +18,28 @@ from ._settings import (  # noqa: F401
 
 
 def _declared():
-    """Every declared function by name, from its module."""
-    found = {}
+    """Every declared function by name, from its module; and the names a wrapper module
+    exports besides (flash_attn_varlen_func over paged_attention's op), which have no op
+    of their own."""
+    found, exported = {}, set()
     for api in _ops.APIS:
         wrapper = api["wrapper"]
         module = (
             _functions if wrapper is None else importlib.import_module(f".{wrapper}", __package__)
         )
         found[api["name"]] = getattr(module, api["name"])
-        # A wrapper's other public functions (flash_attn_varlen_func over paged_attention).
-        found.update({name: getattr(module, name) for name in getattr(module, "EXPORTS", ())})
-    return found
+        exports = getattr(module, "EXPORTS", ())
+        found.update({name: getattr(module, name) for name in exports})
+        exported.update(exports)
+    return found, frozenset(exported)
 
 
-globals().update(_declared())
+_FUNCTIONS, EXPORTED = _declared()
+globals().update(_FUNCTIONS)
 
 __all__ = sorted(
     [
-        *_declared(),
+        *_FUNCTIONS,
         "CausalVariant",
         "set_default_max_num_configs",
         "set_default_num_stages",

@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 from ninetoothed import Tensor
 
-from .parts import arrive, claim, partial_results
+from .parts import arrive, claim, leave_rows, merged_rows, partial_results
 
 
 def arrangement(output, *rest, block_size_m):
@@ -306,41 +306,20 @@ def merge(
     counters = workspace.to(tl.pointer_type(tl.int64))
     partials = partial_results(workspace)
     size = BLOCK_M * (2 + BLOCK_D)
-    within = tl.arange(0, BLOCK_M)
     columns = tl.arange(0, BLOCK_D)
     inside = columns < head_dim
     mine = partials + (tile * parts + part) * size
-    tl.store(mine + within, running_max)
-    tl.store(mine + BLOCK_M + within, running_sum)
-    cells = mine + 2 * BLOCK_M + within[:, None] * BLOCK_D + columns[None, :]
-    tl.store(cells, accumulator, mask=(within < live_rows)[:, None] & inside[None, :])
-    tl.debug_barrier()  # every thread's part stored before the counter says so
+    leave_rows(mine, accumulator, running_max, running_sum, live_rows, inside, BLOCK_M, BLOCK_D)
     if arrive(counters + tile, launch) == parts:
-        # Every part's partial results of a few rows at once, in one round of loads
-        # (the merge is the step's tail: a loop over the parts, even pipelined, waited
-        # on L2 once per part). Parts past the keys hold nothing: only the first
-        # `used` are read, and of them the live rows.
-        # A few rows: 8192 cells of partial results, 64 registers a thread in 4 warps.
+        # A few rows at a time, of the parts holding keys: parts past the keys hold
+        # nothing, and of the rows the live ones.
         ROWS: tl.constexpr = 8192 // (MAX_PARTS * BLOCK_D) if MAX_PARTS * BLOCK_D < 8192 else 1
         first = partials + tile * parts * size
-        others = tl.arange(0, MAX_PARTS)
         for chunk in tl.range(0, live_rows, ROWS, num_stages=1):
             rows = chunk + tl.arange(0, ROWS)
-            read = (others < used)[:, None] & (rows < live_rows)[None, :]
-            slots = first + others[:, None] * size + rows[None, :]
-            maxima = tl.load(slots, mask=read, other=float("-inf"), cache_modifier=".cg")
-            sums = tl.load(slots + BLOCK_M, mask=read, other=0.0, cache_modifier=".cg")
-            rows_at = first + others[:, None] * size + 2 * BLOCK_M + rows[None, :] * BLOCK_D
-            partial = tl.load(
-                rows_at[:, :, None] + columns[None, None, :],
-                mask=read[:, :, None] & inside[None, None, :],
-                other=0.0,
-                cache_modifier=".cg",
+            result, _, total = merged_rows(
+                first, used, rows, live_rows, inside, BLOCK_M, BLOCK_D, MAX_PARTS
             )
-            highest = tl.max(maxima, 0)
-            weights = tl.exp2(maxima - tl.where(highest == float("-inf"), 0.0, highest)[None, :])
-            total = tl.sum(weights * sums, 0)
-            result = tl.sum(weights[:, :, None] * partial, 0)
             result = tl.where(total[:, None] == 0, 0.0, result / total[:, None])
             stored = (rows < live_rows)[:, None] & inside[None, :]
             o_rows = o_block + rows[:, None] * so_r + columns[None, :] * so_d

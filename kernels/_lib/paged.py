@@ -29,7 +29,7 @@ combines the parts (parts.py's counters).
 import triton
 import triton.language as tl
 
-from .parts import arrive, claim, partial_results
+from .parts import arrive, claim, leave_rows, merged_rows, partial_results
 
 # Numbers the kernel spells out (ninetoothed copies functions, not globals, into a
 # kernel): 1.4426950408889634 is log2(e); 1073741824 (2^30), the page size that makes
@@ -343,38 +343,18 @@ def combine(
     claim(slot, launch)
     partials = partial_results(workspace)
     size = BLOCK_M * (2 + BLOCK_D)
-    within = tl.arange(0, BLOCK_M)
     columns = tl.arange(0, BLOCK_D)
     inside = columns < head_dim
     mine = partials + (tile.to(tl.int64) * parts + part) * size
-    tl.store(mine + within, running_max)
-    tl.store(mine + BLOCK_M + within, running_sum)
-    cells = mine + 2 * BLOCK_M + within[:, None] * BLOCK_D + columns[None, :]
-    tl.store(cells, accumulator, mask=(within < live_rows)[:, None] & inside[None, :])
-    tl.debug_barrier()  # every thread's part stored before the counter says so
+    leave_rows(mine, accumulator, running_max, running_sum, live_rows, inside, BLOCK_M, BLOCK_D)
     if arrive(slot, launch) == used:
-        # 8192 cells of partial results a round: 64 registers a thread in 4 warps.
         ROWS: tl.constexpr = 8192 // (MAX_PARTS * BLOCK_D) if MAX_PARTS * BLOCK_D < 8192 else 1
         first = partials + tile.to(tl.int64) * parts * size
-        others = tl.arange(0, MAX_PARTS)
         for chunk in tl.range(0, live_rows, ROWS, num_stages=1):
             rows = chunk + tl.arange(0, ROWS)
-            read = (others < used)[:, None] & (rows < live_rows)[None, :]
-            slots = first + others[:, None] * size + rows[None, :]
-            maxima = tl.load(slots, mask=read, other=float("-inf"), cache_modifier=".cg")
-            sums = tl.load(slots + BLOCK_M, mask=read, other=0.0, cache_modifier=".cg")
-            rows_at = first + others[:, None] * size + 2 * BLOCK_M + rows[None, :] * BLOCK_D
-            partial = tl.load(
-                rows_at[:, :, None] + columns[None, None, :],
-                mask=read[:, :, None] & inside[None, None, :],
-                other=0.0,
-                cache_modifier=".cg",
+            result, shift, total = merged_rows(
+                first, used, rows, live_rows, inside, BLOCK_M, BLOCK_D, MAX_PARTS
             )
-            highest = tl.max(maxima, 0)
-            shift = tl.where(highest == float("-inf"), 0.0, highest)
-            weights = tl.exp2(maxima - shift[None, :])
-            total = tl.sum(weights * sums, 0)
-            result = tl.sum(weights[:, :, None] * partial, 0)
             result = tl.where(total[:, None] == 0, 0.0, result / total[:, None])
             row = first_row + rows
             query = row // group

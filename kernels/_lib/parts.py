@@ -39,3 +39,52 @@ def arrive(slot, launch):
     many are (at most 63): one atomic, so parts that finish together do not queue on
     retries (a compare-and-swap loop here cost 11 us of a 23 us batch-1 decode)."""
     return tl.atomic_add(slot, 1, sem="acq_rel", scope="gpu") + 1 - launch * 64
+
+
+@triton.jit
+def leave_rows(
+    mine, accumulator, running_max, running_sum, live_rows, inside,
+    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    """Attention's split keys: leave one part's partial result at `mine` (each row's
+    running maximum and sum, then the live rows' fp32 accumulators, `inside` head_dim)
+    before its `arrive`."""
+    within = tl.arange(0, BLOCK_M)
+    columns = tl.arange(0, BLOCK_D)
+    tl.store(mine + within, running_max)
+    tl.store(mine + BLOCK_M + within, running_sum)
+    cells = mine + 2 * BLOCK_M + within[:, None] * BLOCK_D + columns[None, :]
+    tl.store(cells, accumulator, mask=(within < live_rows)[:, None] & inside[None, :])
+    tl.debug_barrier()  # every thread's part stored before the counter says so
+
+
+@triton.jit
+def merged_rows(
+    first, used, rows, live_rows, inside,
+    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, MAX_PARTS: tl.constexpr,
+):  # fmt: skip
+    """Rows `rows` of the first `used` parts' partial results (`leave_rows`, one after
+    another from `first`), in one round of loads (the merge is a step's tail: a loop over
+    the parts, even pipelined, waited on L2 once per part), rescaled to their common
+    maximum: (the rows' weighted sum of accumulators, that maximum, the weighted sum of
+    sums). The sums over parts are reductions of one tile, so the result does not
+    depend on which part arrived when. Callers take 8192 cells a round: 64 registers a
+    thread in 4 warps."""
+    size = BLOCK_M * (2 + BLOCK_D)
+    others = tl.arange(0, MAX_PARTS)
+    columns = tl.arange(0, BLOCK_D)
+    read = (others < used)[:, None] & (rows < live_rows)[None, :]
+    slots = first + others[:, None] * size + rows[None, :]
+    maxima = tl.load(slots, mask=read, other=float("-inf"), cache_modifier=".cg")
+    sums = tl.load(slots + BLOCK_M, mask=read, other=0.0, cache_modifier=".cg")
+    rows_at = first + others[:, None] * size + 2 * BLOCK_M + rows[None, :] * BLOCK_D
+    partial = tl.load(
+        rows_at[:, :, None] + columns[None, None, :],
+        mask=read[:, :, None] & inside[None, None, :],
+        other=0.0,
+        cache_modifier=".cg",
+    )
+    highest = tl.max(maxima, 0)
+    shift = tl.where(highest == float("-inf"), 0.0, highest)
+    weights = tl.exp2(maxima - shift[None, :])
+    return tl.sum(weights[:, :, None] * partial, 0), shift, tl.sum(weights * sums, 0)
