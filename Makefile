@@ -16,7 +16,7 @@ OUT ?= dist
 SEED ?= 0
 CASES ?= 30000
 
-.PHONY: install test lint build gpu-test fuzz bench bench-layer bench-serving clean
+.PHONY: install test lint build gpu-test fuzz bench bench-layer bench-products bench-serving clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,11 @@ bench:
 bench-layer:
 	$(PY) tests/benchmarks/bench_layer.py --json bench_layer.json --png bench_layer.png
 
+# The projections of three models at 1 to 2048 rows against cuBLAS (issue 29), the quick
+# subset; the full grid: $(PY) tests/benchmarks/bench_products.py --json bench_products.json
+bench-products:
+	$(PY) tests/benchmarks/bench_products.py --quick --json bench_products.json
+
 # Paged attention and serving steps of the layer against FlashInfer, which must be
 # importable (pip install flashinfer-python; its kernels JIT-compile at first use).
 bench-serving:
@@ -67,4 +72,4 @@ bench-serving:
 	$(PY) tests/benchmarks/bench_serving.py --json bench_serving.json
 
 clean:
-	rm -rf generated $(OUT) bench.json bench_launch.json bench_ops.json bench_layer.json bench_layer.png bench_paged_attention.json bench_serving.json fuzz.json
+	rm -rf generated $(OUT) bench.json bench_launch.json bench_ops.json bench_layer.json bench_layer.png bench_products.json bench_paged_attention.json bench_serving.json fuzz.json

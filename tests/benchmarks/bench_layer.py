@@ -1,8 +1,9 @@
-"""`make bench-layer`: one Llama-3-8B decoder layer (bf16) written once with
-ntops_prebuilt's functions and once with torch's, on the same weights and inputs:
-decode steps over a KV cache and a 2048-token causal prefill, each timed eager and in a
-CUDA graph, against torch eager and torch.compile (alone and in a graph); then the
-layer's kernels one by one against torch's.
+"""`make bench-layer`: one decoder layer (bf16) of Llama-3-8B and of Qwen2.5-7B (its
+scenarios named qwen7b-...), written once with ntops_prebuilt's functions and once with
+torch's, on the same weights and inputs: decode steps over a KV cache, a 512-token prefill
+chunk after 4096 cached positions and a 2048-token causal prefill, each timed eager and in
+a CUDA graph, against torch eager and torch.compile (alone and in a graph); then the
+layers' kernels one by one against torch's, and each decode step against the HBM roof.
 
 Every result is checked against torch before anything is timed. Wall us: perf_counter
 around back-to-back calls, one synchronize at the end. GPU us: CUDA events around
@@ -29,9 +30,6 @@ from ntops_prebuilt.tune import gpu_us, wall_us  # the tuner's timing, shared
 
 F = torch.nn.functional
 BF16 = torch.bfloat16
-HIDDEN, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE = 4096, 32, 8, 128, 14336
-Q_SIZE, KV_SIZE = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
-EPS, ROPE_THETA = 1e-5, 500000.0
 SEED = 0
 CACHE_HEADROOM = 128  # free cache positions past the step's: attended views are strided, as served
 ROTATION_BYTES = 256 * 2**20  # over 5x the H100's 50 MB L2
@@ -39,10 +37,13 @@ COLUMNS = ("ntops eager", "ntops graph", "torch eager", "torch.compile", "torch.
 # The ntops_prebuilt layer under torch.compile (its functions are torch.library ops there).
 COLUMNS += ("ntops torch.compile", "ntops torch.compile graph")
 OURS, TORCH, TORCH_MM = "ntops_prebuilt", "torch", "torch.mm(x, W.t())"
-LINEARS = {"qkv": (HIDDEN, Q_SIZE + 2 * KV_SIZE), "o": (HIDDEN, HIDDEN)}
-LINEARS |= {"gate_up": (HIDDEN, 2 * INTERMEDIATE), "down": (INTERMEDIATE, HIDDEN)}
-DECODE_ROWS, PREFILL_ROWS = (1, 8, 32, 64), 2048
+# Product rows: decode's (memory-bound: the weight is the traffic), issue 29's 65-256
+# (a decode batch or a small prefill chunk) and a prefill's.
+DECODE_ROWS, MIDDLE_ROWS, PREFILL_ROWS = (1, 8, 32, 64), (96, 128, 192, 256), 2048
 DECODE_BATCHES, DECODE_KEYS = (1, 8, 32), (1024, 4096, 32768)
+# The HBM roof of a decode step: H100 SXM's HBM3, 3.35 TB/s (NVIDIA's datasheet).
+HBM_BYTES_PER_S = 3.35e12
+ROOF_COLUMNS = ("ntops graph", "torch.compile graph")
 # Element-wise bounds, over bf16 noise measured on H100 in the units `check` uses: torch's
 # own bf16 layer is up to 3.0e-2 off its fp32 layer at prefill (8M elements), its bf16
 # attention 5.3e-2 off its fp32 one (early rows attend a few keys, so weights are peaky).
@@ -61,19 +62,90 @@ FULL, QUICK = Effort(calls=20, repeats=7), Effort(calls=5, repeats=3)
 
 
 @dataclasses.dataclass(frozen=True)
+class Model:
+    """A decoder layer's shapes and constants, as the model's config.json gives them."""
+
+    name: str
+    prefix: str  # of its scenarios' and kernels' names (Llama-3-8B's keep their old ones)
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    eps: float
+    rope_theta: float
+    qkv_bias: bool  # Qwen2's q, k and v projections add a bias
+
+    @property
+    def q_size(self):
+        return self.heads * self.head_dim
+
+    @property
+    def kv_size(self):
+        return self.kv_heads * self.head_dim
+
+    @property
+    def linears(self):
+        """The layer's products, fused as Weights keeps them: (in, out) features."""
+        return {
+            "qkv": (self.hidden, self.q_size + 2 * self.kv_size),
+            "o": (self.q_size, self.hidden),
+            "gate_up": (self.hidden, 2 * self.intermediate),
+            "down": (self.intermediate, self.hidden),
+        }
+
+
+LLAMA_8B = Model(
+    name="Llama-3-8B",
+    prefix="",
+    hidden=4096,
+    heads=32,
+    kv_heads=8,
+    head_dim=128,
+    intermediate=14336,
+    eps=1e-5,
+    rope_theta=500000.0,
+    qkv_bias=False,
+)
+QWEN_7B = Model(
+    name="Qwen2.5-7B",
+    prefix="qwen7b-",
+    hidden=3584,
+    heads=28,
+    kv_heads=4,
+    head_dim=128,
+    intermediate=18944,
+    eps=1e-6,
+    rope_theta=1e6,
+    qkv_bias=True,
+)
+MODELS = (LLAMA_8B, QWEN_7B)
+
+
+@dataclasses.dataclass(frozen=True)
 class Scenario:
     """One layer call: `tokens` new tokens for each of `batch` sequences after `cache_len`
-    cached positions; cache_len 0 is a prefill, causal over its own tokens, no cache."""
+    cached positions; cache_len 0 is a prefill, causal over its own tokens, no cache; more
+    than one token after a cache is a prefill chunk, causal from the bottom right."""
 
     batch: int
     tokens: int
     cache_len: int
+    model: Model = LLAMA_8B  # tests/gpu/test_compile.py's scenarios are Llama-3-8B's
+
+    @property
+    def decode(self):
+        return bool(self.cache_len) and self.tokens == 1
 
     @property
     def name(self):
-        if self.cache_len:
-            return f"decode-b{self.batch}-kv{self.cache_len}"
-        return f"prefill-b{self.batch}-t{self.tokens}"
+        if self.decode:
+            kind = f"decode-b{self.batch}-kv{self.cache_len}"
+        elif self.cache_len:
+            kind = f"chunk-b{self.batch}-t{self.tokens}-kv{self.cache_len}"
+        else:
+            kind = f"prefill-b{self.batch}-t{self.tokens}"
+        return self.model.prefix + kind
 
 
 SCENARIOS = {
@@ -84,14 +156,36 @@ SCENARIOS = {
         Scenario(batch=64, tokens=1, cache_len=4096),
         Scenario(batch=1, tokens=1, cache_len=32768),
         Scenario(batch=1, tokens=2048, cache_len=0),
+        Scenario(batch=128, tokens=1, cache_len=4096),
+        Scenario(batch=256, tokens=1, cache_len=4096),
+        Scenario(batch=1, tokens=512, cache_len=4096),
+        Scenario(batch=1, tokens=1, cache_len=4096, model=QWEN_7B),
+        Scenario(batch=64, tokens=1, cache_len=4096, model=QWEN_7B),
+        Scenario(batch=256, tokens=1, cache_len=4096, model=QWEN_7B),
+        Scenario(batch=1, tokens=1, cache_len=32768, model=QWEN_7B),
+        Scenario(batch=1, tokens=512, cache_len=4096, model=QWEN_7B),
+        Scenario(batch=1, tokens=2048, cache_len=0, model=QWEN_7B),
     )
 }
+# --quick's default: the five scenarios there were before issue 29, a large decode batch,
+# the chunk, and Qwen's long decode.
+QUICK_SCENARIOS = (
+    "decode-b1-kv4096",
+    "decode-b8-kv4096",
+    "decode-b64-kv4096",
+    "decode-b1-kv32768",
+    "prefill-b1-t2048",
+    "decode-b128-kv4096",
+    "chunk-b1-t512-kv4096",
+    "qwen7b-decode-b1-kv32768",
+)
 
 
 @dataclasses.dataclass(frozen=True)
 class Weights:
     """One layer's parameters in nn.Linear layout (out, in), fused as serving stacks keep
-    them: q, k and v rows in one matrix, gate rows then up rows in another."""
+    them: q, k and v rows in one matrix (and one bias, where the model has it), gate rows
+    then up rows in another; and the model they are of, which the layer functions read."""
 
     input_norm: torch.Tensor
     qkv: torch.Tensor
@@ -99,6 +193,8 @@ class Weights:
     post_norm: torch.Tensor
     gate_up: torch.Tensor
     down: torch.Tensor
+    qkv_bias: torch.Tensor | None
+    model: Model
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,7 +202,10 @@ class Step:
     """A layer call's inputs: hidden states (batch, seq, hidden), the rotary tables of its
     positions, (seq, head_dim / 2) for ntops_prebuilt and (seq, head_dim) for rotate_half,
     both made once per step as a model's rotary embedding does for all its layers, and for
-    a decode step the KV cache and the position its tokens go to."""
+    a decode step or a prefill chunk the KV cache and the position its tokens go to. A
+    chunk's torch attention needs a mask, made once per step as a model makes it: query i
+    sees the cache and the chunk's first i + 1 tokens (causal from the bottom right;
+    is_causal's diagonal starts at the top left)."""
 
     x: torch.Tensor
     rope_half: tuple
@@ -114,6 +213,7 @@ class Step:
     k_cache: torch.Tensor | None
     v_cache: torch.Tensor | None
     pos: int
+    mask: torch.Tensor | None = None
 
     def with_own_cache(self):
         """The same step on a copy of the cache: each layer writes its own."""
@@ -126,42 +226,52 @@ def randn(generator, *shape, scale=1.0):
     return torch.randn(shape, generator=generator, device="cuda", dtype=BF16) * scale
 
 
-def make_weights():
-    """Weights from SEED, so the child process builds the same ones. randn * 0.02 keeps
-    every activation near unit scale (0.02 * sqrt(4096) = 1.3), the output well conditioned."""
+def make_weights(model=LLAMA_8B):
+    """`model`'s weights from SEED, so the child process builds the same ones (Llama-3-8B's
+    unless told: tests/gpu/test_compile.py builds those). randn * 0.02 keeps every
+    activation near unit scale (0.02 * sqrt(4096) = 1.3), the output well conditioned; a
+    bias of 0.1 moves q, k and v by about 8%, which a check would see were it dropped."""
     generator = torch.Generator("cuda").manual_seed(SEED)
 
     def matrix(rows, columns):
         return randn(generator, rows, columns, scale=0.02)
 
     def norm():
-        return 1 + randn(generator, HIDDEN, scale=0.1)
+        return 1 + randn(generator, model.hidden, scale=0.1)
 
+    qkv_rows = model.q_size + 2 * model.kv_size
     return Weights(
         input_norm=norm(),
-        qkv=matrix(Q_SIZE + 2 * KV_SIZE, HIDDEN),
-        o=matrix(HIDDEN, Q_SIZE),
+        qkv=matrix(qkv_rows, model.hidden),
+        o=matrix(model.hidden, model.q_size),
         post_norm=norm(),
-        gate_up=matrix(2 * INTERMEDIATE, HIDDEN),
-        down=matrix(HIDDEN, INTERMEDIATE),
+        gate_up=matrix(2 * model.intermediate, model.hidden),
+        down=matrix(model.hidden, model.intermediate),
+        qkv_bias=randn(generator, qkv_rows, scale=0.1) if model.qkv_bias else None,
+        model=model,
     )
 
 
 def make_step(scenario):
     """The scenario's inputs from SEED + 1: random hidden states and cache contents."""
+    model = scenario.model
     generator = torch.Generator("cuda").manual_seed(SEED + 1)
-    x = randn(generator, scenario.batch, scenario.tokens, HIDDEN)
-    caches = (None, None)
+    x = randn(generator, scenario.batch, scenario.tokens, model.hidden)
+    caches, mask = (None, None), None
     if scenario.cache_len:
         length = scenario.cache_len + scenario.tokens + CACHE_HEADROOM
-        shape = (scenario.batch, KV_HEADS, length, HEAD_DIM)
+        shape = (scenario.batch, model.kv_heads, length, model.head_dim)
         caches = (randn(generator, *shape), randn(generator, *shape))
+    if scenario.cache_len and scenario.tokens > 1:
+        keys = scenario.cache_len + scenario.tokens
+        mask = torch.ones(scenario.tokens, keys, dtype=torch.bool, device="cuda")
+        mask = mask.tril(scenario.cache_len)  # query i: keys up to cache_len + i
     positions = torch.arange(scenario.cache_len, scenario.cache_len + scenario.tokens)
-    inverse = ROPE_THETA ** -(torch.arange(0, HEAD_DIM, 2) / HEAD_DIM)
+    inverse = model.rope_theta ** -(torch.arange(0, model.head_dim, 2) / model.head_dim)
     angles = (positions[:, None] * inverse).cuda()
     half = (angles.sin().to(BF16), angles.cos().to(BF16))
     full = tuple(torch.cat((table, table), -1) for table in half)
-    return Step(x, half, full, *caches, pos=scenario.cache_len)
+    return Step(x, half, full, *caches, pos=scenario.cache_len, mask=mask)
 
 
 def rotate_half(x):
@@ -170,14 +280,16 @@ def rotate_half(x):
 
 
 def torch_attention(weights, step):
-    """The attention half of the layer in torch, as Hugging Face's Llama writes it (fused
-    projections), up to the output projection: (batch, seq, heads * head_dim)."""
+    """The attention half of the layer in torch, as Hugging Face's Llama and Qwen2 write it
+    (fused projections), up to the output projection: (batch, seq, heads * head_dim)."""
+    model = weights.model
     batch, seq, _ = step.x.shape
-    h = F.rms_norm(step.x, (HIDDEN,), weights.input_norm, EPS)
-    q, k, v = F.linear(h, weights.qkv).split((Q_SIZE, KV_SIZE, KV_SIZE), -1)
-    q = q.view(batch, seq, HEADS, HEAD_DIM).transpose(1, 2)
-    k = k.view(batch, seq, KV_HEADS, HEAD_DIM).transpose(1, 2)
-    v = v.view(batch, seq, KV_HEADS, HEAD_DIM).transpose(1, 2)
+    h = F.rms_norm(step.x, (model.hidden,), weights.input_norm, model.eps)
+    qkv = F.linear(h, weights.qkv, weights.qkv_bias)
+    q, k, v = qkv.split((model.q_size, model.kv_size, model.kv_size), -1)
+    q = q.view(batch, seq, model.heads, model.head_dim).transpose(1, 2)
+    k = k.view(batch, seq, model.kv_heads, model.head_dim).transpose(1, 2)
+    v = v.view(batch, seq, model.kv_heads, model.head_dim).transpose(1, 2)
     sin, cos = step.rope_full
     q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
     if step.k_cache is None:
@@ -187,14 +299,15 @@ def torch_attention(weights, step):
         step.k_cache[:, :, step.pos : end] = k
         step.v_cache[:, :, step.pos : end] = v
         keys, values = step.k_cache[:, :, :end], step.v_cache[:, :, :end]
-        attention = F.scaled_dot_product_attention(q, keys, values, enable_gqa=True)
-    return attention.transpose(1, 2).reshape(batch, seq, Q_SIZE)
+        attention = F.scaled_dot_product_attention(q, keys, values, step.mask, enable_gqa=True)
+    return attention.transpose(1, 2).reshape(batch, seq, model.q_size)
 
 
 def torch_layer(weights, step):
     """The layer in torch: attention, output projection, residual, SwiGLU MLP, residual."""
+    model = weights.model
     x = step.x + F.linear(torch_attention(weights, step), weights.o)
-    h = F.rms_norm(x, (HIDDEN,), weights.post_norm, EPS)
+    h = F.rms_norm(x, (model.hidden,), weights.post_norm, model.eps)
     gate, up = F.linear(h, weights.gate_up).chunk(2, -1)
     return x + F.linear(F.silu(gate) * up, weights.down)
 
@@ -203,21 +316,31 @@ def ntops_attention(nt, weights, step):
     """torch_attention in ntops_prebuilt's functions, on (batch * seq, hidden) rows. The one
     torch kernel left is the copy `reshape` makes of the attention output at prefill, as in
     torch_attention; at decode it is a view. The queries and keys lie side by side in the
-    fused projection's rows: one in-place rotation turns both."""
+    fused projection's rows: one in-place rotation turns both. Qwen2's bias rides on the
+    product (addmm, the bias broadcast over the rows). A chunk after cached positions is
+    causal from the bottom right; a decode step's one query sees every key, unmasked."""
+    model = weights.model
     batch, seq, _ = step.x.shape
-    h = nt.rms_norm(step.x.view(batch * seq, HIDDEN), (HIDDEN,), weights.input_norm, EPS)
-    qkv = nt.mm(h, weights.qkv.t())
+    rows = step.x.view(batch * seq, model.hidden)
+    h = nt.rms_norm(rows, (model.hidden,), weights.input_norm, model.eps)
+    if weights.qkv_bias is None:
+        qkv = nt.mm(h, weights.qkv.t())
+    else:
+        qkv = nt.addmm(weights.qkv_bias, h, weights.qkv.t())
     sin, cos = step.rope_half
-    heads = qkv[:, : Q_SIZE + KV_SIZE].view(batch, seq, HEADS + KV_HEADS, HEAD_DIM)
+    rotated = model.q_size + model.kv_size
+    heads = qkv[:, :rotated].view(batch, seq, model.heads + model.kv_heads, model.head_dim)
     nt.rotary_position_embedding(heads, sin, cos, interleaved=False, inplace=True)
-    q, k = heads.split((HEADS, KV_HEADS), 2)
+    q, k = heads.split((model.heads, model.kv_heads), 2)
     q, k = q.transpose(1, 2), k.transpose(1, 2)
-    v = qkv[:, Q_SIZE + KV_SIZE :].view(batch, seq, KV_HEADS, HEAD_DIM).transpose(1, 2)
+    v = qkv[:, rotated:].view(batch, seq, model.kv_heads, model.head_dim).transpose(1, 2)
     sdpa = nt.scaled_dot_product_attention
     if step.k_cache is None:
         attention = sdpa(q, k, v, is_causal=True, enable_gqa=True)
     else:
         end = step.pos + seq
+        lower_right = {"is_causal": True, "causal_variant": nt.CausalVariant.LOWER_RIGHT}
+        causal = lower_right if seq > 1 else {}
         attention = sdpa(
             q,
             step.k_cache[:, :, :end],
@@ -227,17 +350,20 @@ def ntops_attention(nt, weights, step):
             present_value=v,
             present_key_slot=step.k_cache[:, :, step.pos : end],
             present_value_slot=step.v_cache[:, :, step.pos : end],
+            **causal,
         )
-    return attention.transpose(1, 2).reshape(batch * seq, Q_SIZE)
+    return attention.transpose(1, 2).reshape(batch * seq, model.q_size)
 
 
 def ntops_layer(nt, weights, step):
     """torch_layer in ntops_prebuilt's functions; the residual adds ride on the products
     (addmm with the residual as its input)."""
-    rows = step.x.view(-1, HIDDEN)
+    model = weights.model
+    rows = step.x.view(-1, model.hidden)
     x = nt.addmm(rows, ntops_attention(nt, weights, step), weights.o.t())
-    h = nt.mm(nt.rms_norm(x, (HIDDEN,), weights.post_norm, EPS), weights.gate_up.t())
-    mlp = nt.silu_mul(h[:, :INTERMEDIATE], h[:, INTERMEDIATE:])
+    h = nt.rms_norm(x, (model.hidden,), weights.post_norm, model.eps)
+    h = nt.mm(h, weights.gate_up.t())
+    mlp = nt.silu_mul(h[:, : model.intermediate], h[:, model.intermediate :])
     return nt.addmm(x, mlp, weights.down.t()).view(step.x.shape)
 
 
@@ -267,16 +393,17 @@ def check_attention(nt, name, weights, ours, theirs):
     the MLP, so a mistake there would hide (attending before writing the step's entry moves
     the layer's output by 5e-3, its attention by 2.3e-2). Writing the step's entries again
     is harmless: they are the same values at the same place."""
-    heads = (-1, HEADS, HEAD_DIM)
+    heads = (-1, weights.model.heads, weights.model.head_dim)
     ours_heads = ntops_attention(nt, weights, ours).view(heads)
     reference = torch_attention(weights, theirs).reshape(heads)
     error = check(f"{name} attention", ours_heads, reference, ATTENTION_TOLERANCE)
     if ours.k_cache is not None:
+        written = slice(ours.pos, ours.pos + ours.x.shape[1])
         for label, mine, cache in (
             ("k", ours.k_cache, theirs.k_cache),
             ("v", ours.v_cache, theirs.v_cache),
         ):
-            check(f"{name} {label} cache", mine[:, :, ours.pos], cache[:, :, ours.pos])
+            check(f"{name} {label} cache", mine[:, :, written], cache[:, :, written])
     return error
 
 
@@ -325,8 +452,26 @@ def measure(methods, effort):
     }
 
 
+def model_weights(scenarios):
+    """The weights of each model `scenarios` run, by model."""
+    return {model: make_weights(model) for model in dict.fromkeys(s.model for s in scenarios)}
+
+
+def step_bytes(weights, scenario):
+    """The least a step moves through HBM: every weight of the layer once, the keys and
+    values it attends (its own new entries among them), the hidden states in and out."""
+    model = weights.model
+    tensors = [getattr(weights, field.name) for field in dataclasses.fields(weights)]
+    weight = sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+    keys = scenario.cache_len + scenario.tokens
+    cache = 2 * scenario.batch * model.kv_heads * keys * model.head_dim
+    hidden = 2 * scenario.batch * scenario.tokens * model.hidden
+    return weight + (cache + hidden) * BF16.itemsize
+
+
 def layer_scenario(nt, weights, scenario, effort):
-    """The three main-process columns of one scenario, each checked against torch eager."""
+    """The three main-process columns of one scenario, each checked against torch eager;
+    a decode step's HBM bytes beside them."""
     print(f"layer {scenario.name}", file=sys.stderr)
     ours = make_step(scenario)
     theirs = ours.with_own_cache()
@@ -337,7 +482,11 @@ def layer_scenario(nt, weights, scenario, effort):
     methods, errors = eager_and_graph(scenario.name, "ntops eager", "ntops graph", ntops, reference)
     errors["ntops attention"] = attention_error
     timings = measure({**methods, "torch eager": torch_eager}, effort)
-    return {"scenario": dataclasses.asdict(scenario), "timings": timings, "errors": errors}
+    about = {**dataclasses.asdict(scenario), "model": scenario.model.name}
+    entry = {"scenario": about, "timings": timings, "errors": errors}
+    if scenario.decode:
+        entry["hbm_bytes"] = step_bytes(weights, scenario)
+    return entry
 
 
 def compiled_worker(scenarios, effort):
@@ -349,10 +498,11 @@ def compiled_worker(scenarios, effort):
     import ntops_prebuilt as nt
 
     nt.preload()
-    weights = make_weights()
+    models = model_weights(scenarios)
     results = {}
     for scenario in scenarios:
         print(f"torch.compile {scenario.name}", file=sys.stderr)
+        weights = models[scenario.model]
         step = make_step(scenario)
         reference = torch_layer(weights, step.with_own_cache())
         torch.compiler.reset()  # each scenario compiles afresh, not as a dynamic-shape recompile
@@ -413,14 +563,21 @@ def cuda_randn(*shape, scale=1.0):
     return torch.randn(shape, device="cuda", dtype=BF16) * scale
 
 
-def linear_cases(nt):
+def linear_group(rows):
+    """The kernel-table group of a product of `rows` rows."""
+    if rows in DECODE_ROWS:
+        return "decode"
+    return f"{MIDDLE_ROWS[0]}-{MIDDLE_ROWS[-1]} rows" if rows in MIDDLE_ROWS else "prefill"
+
+
+def linear_cases(nt, model):
     """The layer's products x @ W.t(), W in nn.Linear layout, at decode rows (memory-bound:
-    the weight is the traffic) and prefill rows; torch's is F.linear(x, W)."""
-    for label, (inner, outer) in LINEARS.items():
+    the weight is the traffic), 96 to 256 rows and prefill rows; torch's is F.linear(x, W)."""
+    for label, (inner, outer) in model.linears.items():
         weights = [cuda_randn(outer, inner, scale=0.02) for _ in range(rotation(2 * outer * inner))]
-        for rows in (*DECODE_ROWS, PREFILL_ROWS):
+        for rows in (*DECODE_ROWS, *MIDDLE_ROWS, PREFILL_ROWS):
             x = cuda_randn(rows, inner)
-            name = f"linear {label} M={rows} ({inner}->{outer})"
+            name = f"{model.prefix}linear {label} M={rows} ({inner}->{outer})"
             check(name, nt.mm(x, weights[0].t()), F.linear(x, weights[0]))
             transposed = [(x, weight.t()) for weight in weights]
             methods = {
@@ -428,14 +585,13 @@ def linear_cases(nt):
                 TORCH: rotating(F.linear, [(x, weight) for weight in weights]),
                 TORCH_MM: rotating(torch.mm, transposed),
             }
-            decode = rows < PREFILL_ROWS
             yield Case(
                 name,
-                f"linear {'decode' if decode else 'prefill'}",
+                f"{model.prefix}linear {linear_group(rows)}",
                 methods,
                 bytes=2 * (outer * inner + rows * (inner + outer)),
                 flops=2 * rows * inner * outer,
-                memory_bound=decode,
+                memory_bound=rows in DECODE_ROWS,
             )
 
 
@@ -456,27 +612,51 @@ def attention_case(nt, name, group, operands, is_causal, **work):
     return Case(name, group, methods, **work)
 
 
+def decode_attention_case(nt, model, batch, keys):
+    """One query per sequence over its keys: memory-bound, the caches rotating."""
+    q = cuda_randn(batch, model.heads, 1, model.head_dim)
+    kv_shape = (batch, model.kv_heads, keys, model.head_dim)
+    kv_bytes = 2 * 2 * math.prod(kv_shape)
+    operands = [
+        (q, cuda_randn(*kv_shape), cuda_randn(*kv_shape)) for _ in range(rotation(kv_bytes))
+    ]
+    work = {"bytes": kv_bytes + 2 * 2 * q.numel(), "flops": 4 * q.numel() * keys}
+    name, group = f"{model.prefix}sdpa decode b{batch} kv{keys}", f"{model.prefix}sdpa decode"
+    return attention_case(nt, name, group, operands, False, **work, memory_bound=True)
+
+
+def prefill_attention_case(nt, name, group, shape, kv_heads, is_causal):
+    """Queries of `shape` (batch, heads, seq, head_dim) over as many keys: compute-bound,
+    half the score matrix when causal."""
+    q = cuda_randn(*shape)
+    batch, _, seq, head_dim = shape
+    k, v = (cuda_randn(batch, kv_heads, seq, head_dim) for _ in range(2))
+    flops = (2 if is_causal else 4) * q.numel() * seq
+    work = {"bytes": 2 * 2 * (q.numel() + k.numel()), "flops": flops, "memory_bound": False}
+    return attention_case(nt, name, group, [(q, k, v)], is_causal, **work)
+
+
 def attention_cases(nt):
-    """Decode (one query per sequence over its keys: memory-bound), then causal prefill."""
+    """Decode, Llama's then Qwen's longest at batch 1 and 8; then prefill: causal, as a
+    model's, and non-causal, grouped (Llama's 32 over 8) and not (32 over 32)."""
     for batch, keys in itertools.product(DECODE_BATCHES, DECODE_KEYS):
-        q = cuda_randn(batch, HEADS, 1, HEAD_DIM)
-        kv_shape = (batch, KV_HEADS, keys, HEAD_DIM)
-        kv_bytes = 2 * 2 * math.prod(kv_shape)
-        operands = [
-            (q, cuda_randn(*kv_shape), cuda_randn(*kv_shape)) for _ in range(rotation(kv_bytes))
-        ]
-        work = {"bytes": kv_bytes + 2 * 2 * q.numel(), "flops": 4 * q.numel() * keys}
-        name = f"sdpa decode b{batch} kv{keys}"
-        yield attention_case(nt, name, "sdpa decode", operands, False, **work, memory_bound=True)
-    q = cuda_randn(1, HEADS, PREFILL_ROWS, HEAD_DIM)
-    k, v = (cuda_randn(1, KV_HEADS, PREFILL_ROWS, HEAD_DIM) for _ in range(2))
-    work = {"bytes": 2 * 2 * (q.numel() + k.numel()), "flops": 2 * q.numel() * PREFILL_ROWS}
-    name = f"sdpa prefill causal t{PREFILL_ROWS}"
-    yield attention_case(nt, name, "sdpa prefill", [(q, k, v)], True, **work, memory_bound=False)
+        yield decode_attention_case(nt, LLAMA_8B, batch, keys)
+    for batch in (1, 8):
+        yield decode_attention_case(nt, QWEN_7B, batch, 32768)
+    heads, kv_heads, head_dim = LLAMA_8B.heads, LLAMA_8B.kv_heads, LLAMA_8B.head_dim
+    causal = f"sdpa prefill causal t{PREFILL_ROWS}"
+    shape = (1, heads, PREFILL_ROWS, head_dim)
+    yield prefill_attention_case(nt, causal, "sdpa prefill", shape, kv_heads, True)
+    group = "sdpa prefill non-causal"
+    name = f"sdpa prefill non-causal t{PREFILL_ROWS}"
+    yield prefill_attention_case(nt, name, group, shape, kv_heads, False)
+    name = f"sdpa prefill non-causal b4 t4096 {heads}/{heads} heads"
+    yield prefill_attention_case(nt, name, group, (4, heads, 4096, head_dim), heads, False)
 
 
 def kernel_cases(nt):
-    yield from linear_cases(nt)
+    for model in MODELS:
+        yield from linear_cases(nt, model)
     yield square_case(nt)
     yield from attention_cases(nt)
 
@@ -517,12 +697,16 @@ METHOD = [
     " its functions torch.library ops in the graph; in the same child process",
     "kernels: operands rotate among copies over 256 MiB, defeating the 50 MB L2",
     "both layers copy the attention output with reshape at prefill (a view at decode)",
+    "a prefill chunk's attention is causal from the bottom right: ntops_prebuilt's by "
+    "causal_variant LOWER_RIGHT, torch's by a bool mask made once per step",
+    "HBM roof of a decode step: the bytes it must move (every weight of the layer, the keys "
+    "and values attended, the hidden states in and out) / HBM_BYTES_PER_S (H100 SXM)",
 ]
 
 
 def print_layer(layer):
-    print("\ndecoder layer, Llama-3-8B shapes, bf16: us per layer, wall / GPU")
-    print(f"{'scenario':20s}" + "".join(f"{column:>27s}" for column in COLUMNS))
+    print("\ndecoder layers, bf16, Llama-3-8B (qwen7b-: Qwen2.5-7B): us per layer, wall / GPU")
+    print(f"{'scenario':28s}" + "".join(f"{column:>27s}" for column in COLUMNS))
     for name, entry in layer.items():
         timings = entry["timings"]
         cells = [
@@ -531,20 +715,52 @@ def print_layer(layer):
             else "n/a"
             for column in COLUMNS
         ]
-        print(f"{name:20s}" + "".join(f"{cell:>27s}" for cell in cells))
+        print(f"{name:28s}" + "".join(f"{cell:>27s}" for cell in cells))
+
+
+def hbm_roofs(layer):
+    """Each decode scenario against the HBM roof: its bytes, the time they take at
+    HBM_BYTES_PER_S, and the TB/s the graphs reach by GPU time."""
+    roofs = {}
+    for name, entry in layer.items():
+        if "hbm_bytes" not in entry:
+            continue
+        nbytes, timings = entry["hbm_bytes"], entry["timings"]
+        roofs[name] = {
+            "bytes": nbytes,
+            "roof_us": nbytes / HBM_BYTES_PER_S * 1e6,
+            "tb_per_s": {
+                column: nbytes / (timings[column]["gpu_us"] * 1e6)
+                for column in ROOF_COLUMNS
+                if column in timings
+            },
+        }
+    return roofs
+
+
+def print_roofs(roofs):
+    print(f"\ndecode steps against the HBM roof ({HBM_BYTES_PER_S / 1e12:.2f} TB/s, H100 SXM):")
+    print("MB the step must move, their time at the roof, and the TB/s reached by GPU time")
+    print(
+        f"{'scenario':28s} {'MB':>8s} {'roof us':>8s}" + "".join(f"{c:>22s}" for c in ROOF_COLUMNS)
+    )
+    for name, roof in roofs.items():
+        rates = [roof["tb_per_s"].get(column) for column in ROOF_COLUMNS]
+        cells = "".join("n/a".rjust(22) if r is None else f"{r:22.2f}" for r in rates)
+        print(f"{name:28s} {roof['bytes'] / 1e6:8.0f} {roof['roof_us']:8.1f}{cells}")
 
 
 def print_kernels(kernels):
     print("\nkernels: device us (median), speed = torch / ours; torch is F.linear(x, W),")
     print("torch.mm or F.scaled_dot_product_attention; rates in TB/s (decode) or TFLOP/s")
     print(
-        f"{'kernel':36s} {'ours':>8s} {'torch':>8s} {'torch.mm':>8s} {'speed':>6s} {'rates':>15s}"
+        f"{'kernel':44s} {'ours':>8s} {'torch':>8s} {'torch.mm':>8s} {'speed':>6s} {'rates':>15s}"
     )
     for name, row in kernels.items():
         us, rate = row["gpu_us"], row["rate"]
         mm = f"{us[TORCH_MM]:8.1f}" if TORCH_MM in us else " " * 8
         rates = f"{rate[OURS]:6.2f} {rate[TORCH]:6.2f} {row['unit']}"
-        print(f"{name:36s} {us[OURS]:8.1f} {us[TORCH]:8.1f} {mm} {row['speed']:6.2f}  {rates}")
+        print(f"{name:44s} {us[OURS]:8.1f} {us[TORCH]:8.1f} {mm} {row['speed']:6.2f}  {rates}")
 
 
 def summary(report):
@@ -581,16 +797,16 @@ def write_png(path, layer):
     import matplotlib.pyplot as plt
 
     names, width = list(layer), 0.8 / len(COLUMNS)
-    figure, axes = plt.subplots(1, 2, figsize=(15, 5.5))
+    figure, axes = plt.subplots(1, 2, figsize=(max(15, 2 * len(names)), 6))
     for axis, key in zip(axes, ("gpu_us", "wall_us"), strict=True):
         for index, column in enumerate(COLUMNS):
             values = [layer[name]["timings"].get(column, {}).get(key, math.nan) for name in names]
             positions = [slot + index * width for slot in range(len(names))]
             axis.bar(positions, values, width, label=column)
-        axis.set_xticks([slot + 0.4 - width / 2 for slot in range(len(names))], names, rotation=15)
+        axis.set_xticks([slot + 0.4 - width / 2 for slot in range(len(names))], names, rotation=30)
         axis.set_yscale("log")
         axis.set_ylabel(f"{key[:-3]} us per layer")
-        axis.set_title(f"Llama-3-8B decoder layer, bf16: {key[:-3]} time")
+        axis.set_title(f"decoder layers (qwen7b-: Qwen2.5-7B), bf16: {key[:-3]} time")
     axes[0].legend()
     figure.tight_layout()
     figure.savefig(path, dpi=120)
@@ -614,10 +830,12 @@ def parse_args():
     parser.add_argument(
         "--scenarios",
         type=scenario_list,
-        default=",".join(SCENARIOS),
-        help=f"comma-separated, of {', '.join(SCENARIOS)} (default: all)",
+        help=f"comma-separated, of {', '.join(SCENARIOS)} (default: all; with --quick, "
+        f"{', '.join(QUICK_SCENARIOS)})",
     )
-    parser.add_argument("--quick", action="store_true", help="fewer calls and repeats")
+    parser.add_argument(
+        "--quick", action="store_true", help="fewer calls and repeats, and fewer scenarios"
+    )
     parser.add_argument(
         "--kernels",
         action=argparse.BooleanOptionalAction,
@@ -627,7 +845,10 @@ def parse_args():
     parser.add_argument("--json", help="also write every figure here")
     parser.add_argument("--png", help="also draw the layer table here (needs matplotlib)")
     parser.add_argument("--compiled-worker", action="store_true", help=argparse.SUPPRESS)
-    return parser.parse_args()
+    args = parser.parse_args()
+    if args.scenarios is None:
+        args.scenarios = scenario_list(",".join(QUICK_SCENARIOS if args.quick else SCENARIOS))
+    return args
 
 
 def measure_all(args):
@@ -636,7 +857,7 @@ def measure_all(args):
 
     nt.preload()  # every kernel loaded now: none may load during graph capture
     effort = QUICK if args.quick else FULL
-    weights = make_weights()
+    weights = model_weights(args.scenarios)
     report = {
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
@@ -644,7 +865,7 @@ def measure_all(args):
         "ntops_prebuilt": nt.manifest().get("version"),
         "toolchain": nt.manifest().get("toolchain"),
         "method": METHOD,
-        "layer": {s.name: layer_scenario(nt, weights, s, effort) for s in args.scenarios},
+        "layer": {s.name: layer_scenario(nt, weights[s.model], s, effort) for s in args.scenarios},
     }
     del weights
     if args.kernels:
@@ -654,6 +875,7 @@ def measure_all(args):
     for name, entry in (compiled or {}).items():
         report["layer"][name]["timings"].update(entry["timings"])
         report["layer"][name]["errors"].update(entry["errors"])
+    report["roofs"] = hbm_roofs(report["layer"])
     report["failures"] = [error] if error else []
     report["summary"] = summary(report)
     return report
@@ -667,6 +889,8 @@ def main():
     report = measure_all(args)
     print(f"device: {report['device']}, torch {report['torch']}, toolchain {report['toolchain']}")
     print_layer(report["layer"])
+    if report["roofs"]:
+        print_roofs(report["roofs"])
     if "kernels" in report:
         print_kernels(report["kernels"])
     print("\nsummary:")

@@ -30,21 +30,19 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 import bench_layer as layer
-from bench_layer import (
-    BF16,
-    EPS,
-    HEAD_DIM,
-    HEADS,
-    HIDDEN,
-    INTERMEDIATE,
-    KV_HEADS,
-    KV_SIZE,
-    Q_SIZE,
-    ROPE_THETA,
-    F,
-)
+from bench_layer import BF16, LLAMA_8B, F
 
 import ntops_prebuilt as nt
+
+# The serving steps are Llama-3-8B's (bench_layer's weights).
+HIDDEN, HEADS, KV_HEADS, HEAD_DIM = (
+    LLAMA_8B.hidden,
+    LLAMA_8B.heads,
+    LLAMA_8B.kv_heads,
+    LLAMA_8B.head_dim,
+)
+INTERMEDIATE, Q_SIZE, KV_SIZE = LLAMA_8B.intermediate, LLAMA_8B.q_size, LLAMA_8B.kv_size
+EPS, ROPE_THETA = LLAMA_8B.eps, LLAMA_8B.rope_theta
 
 
 @dataclasses.dataclass(frozen=True)
@@ -288,7 +286,7 @@ def main():
     args = parser.parse_args()
     import flashinfer
 
-    weights = layer.make_weights()
+    weights = layer.make_weights(LLAMA_8B)
     effort = layer.QUICK if args.quick else layer.Effort(calls=10, repeats=5)
     report = {"device": torch.cuda.get_device_name(), "flashinfer": flashinfer.__version__}
     rows = {}
