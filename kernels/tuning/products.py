@@ -42,37 +42,64 @@ def row_major(m, k, n):
     return (Operand((m, k)), Operand((k, n)))
 
 
-# Llama-3-8B's products: fused QKV (4096 -> 6144), the output projection (4096 ->
-# 4096), fused gate/up (4096 -> 28672) and down (14336 -> 4096).
+# The products of the models the tuning samples: Llama-3-8B (fused QKV 4096 -> 6144,
+# the output projection 4096 -> 4096, fused gate/up 4096 -> 28672, down 14336 ->
+# 4096), Qwen2.5-7B (hidden 3584, 28 query heads over 4, MLP 18944) and Llama-3.2-1B
+# (hidden 2048, 32 over 8 heads of 64, MLP 8192), as (K, N).
 LAYER = ((4096, 6144), (4096, 4096), (4096, 28672), (14336, 4096))
+QWEN_7B = ((3584, 4608), (3584, 3584), (3584, 37888), (18944, 3584))
+LLAMA_1B = ((2048, 3072), (2048, 2048), (2048, 16384), (8192, 2048))
+# And each one's MLP up projection unfused (stacks that keep gate and up apart).
+UNFUSED = ((4096, 14336), (3584, 18944), (2048, 8192))
+MODELS = LAYER + QWEN_7B + LLAMA_1B + UNFUSED
 # Bucket bounds on M (rows): decoding batches of up to 16 and of up to 64 sequences are
 # memory-bound (every tile of the weight read once, by enough programs to fill the
-# GPU: narrow tiles, deep pipelines); from 65 rows on the tiles widen, and prefill
-# sizes are compute-bound (128x256 tiles, persistent programs).
-BOUNDS = {"decode": 16, "small": 32, "batched": 64, "medium": 256, "prefill": None}
+# GPU: narrow tiles, deep pipelines); 65-256 rows (a busy server's decode step) are
+# near the H100's ridge, where how many tiles there are next to the 132
+# multiprocessors decides; chunked prefill (257-512) and longer prefill are
+# compute-bound (128x256 tiles, persistent programs, from 513 rows on).
+BOUNDS = {
+    "decode": 16,
+    "small": 32,
+    "batched": 64,
+    "medium": 128,
+    "large": 256,
+    "chunk": 512,
+    "prefill": None,
+}
 SAMPLE_ROWS = {
     "decode": (1, 8, 16),
     "small": (24, 32),
     "batched": (48, 64),
-    "medium": (128, 256),
-    "prefill": (2048,),
+    "medium": (96, 128),
+    "large": (192, 256),
+    "chunk": (384, 512),
+    "prefill": (1024, 2048),
 }
-# From 17 to 64 rows the columns N (the second key) split the buckets too: how many
-# tiles a product has next to the multiprocessors sets which tiles fill them. On an
+# The columns N (the second key) split the buckets too: how many tiles a product has
+# next to the multiprocessors sets which tiles fill them. On an
 # H100 (132 multiprocessors; device time, 2026-11-23, Triton JIT prototype): at N=4096
 # 64x32 tiles (128 programs) reach 0.97-1.03x cuBLAS where 64x64 ones (64) reach
 # 0.93-0.99x; at N=6144 and 28672 64x64 tiles reach 0.98-1.04x and 64x32 ones (1.5
 # waves at 6144) 0.83-0.96x.
-WIDE = {"small": 4096, "batched": 4096}
+WIDE = {
+    "decode": 8192,
+    "small": 4096,
+    "batched": 4096,
+    "medium": 4608,
+    "large": 4608,
+    "chunk": 4608,
+    "prefill": 4608,
+}
 
 
 def buckets(sample=linear, square=row_major):
     """Rows of the product pick the bucket, and where WIDE splits them its columns
-    (`name` up to that many, `name-wide` the rest). Samples: the layer's products at
+    (`name` up to that many, `name-wide` the rest). Samples: the models' products at
     each bucket's sizes, `sample(m, k, n)` making a call's operands, and 4096^3."""
     found = []
     for name, upto in BOUNDS.items():
-        calls = [(n, sample(m, k, n)) for m in SAMPLE_ROWS[name] for k, n in LAYER]
+        calls = [(n, sample(m, k, n)) for m in SAMPLE_ROWS[name] for k, n in MODELS]
         if name == "prefill":
             calls.append((4096, square(4096, 4096, 4096)))
         narrow = WIDE.get(name)
@@ -93,11 +120,11 @@ def config(variant, bucket):
     tma, big = arch in _TMA, arch in _BIG_SHARED
     # Decode sizes load through plain pointers: on an H100 the TMA descriptors each
     # program makes cost 1-2 us, 5% of a 26 us product (tuning runs of 2026-11-22).
-    if bucket == "decode":
+    if bucket.removesuffix("-wide") == "decode":
         return tiles(16, 32, 256 if big else 128, 4, 4, tma=False)
     if bucket.removesuffix("-wide") in ("small", "batched"):
         return tiles(64, 64, 128, 4, 4 if big else 3, tma=False)
-    if bucket == "medium":
+    if bucket.removesuffix("-wide") in ("medium", "large"):
         return tiles(128, 128, 64, 8 if big else 4, 4 if big else 3, tma=tma)
     if big:
         return tiles(128, 256, 64, 8, 3, persistent=1, flatten=True, tma=tma)
@@ -144,15 +171,42 @@ _CANDIDATES = {
     ],
     "small": _NARROW,
     "batched": _NARROW,
-    "medium": [
-        (128, 64, 128, 4, 3, {**_PLAIN, **_SPLIT}),
-        (128, 128, 64, 8, 4, {**_PLAIN, **_SPLIT}),
-        (64, 128, 128, 4, 3, _SPLIT),
-        (64, 64, 128, 4, 4, _PLAIN),
-        (128, 64, 64, 4, 4, _PLAIN),
-        (128, 128, 64, 8, 4, _SPLIT),
-    ],
 }
+# 65-256 rows and chunks (257-512): near the H100's ridge, where how many tiles there
+# are next to the 132 multiprocessors decides, and no one tile fits every shape: at 128
+# rows 64 x 64 tiles in plain loads (2 x 64 programs at N=4096) reach 0.95-1.04x
+# cuBLAS, and 0.58x at N=4608 (144 programs: a second wave); split K in wide plain
+# tiles suits wide N. So the columns split these buckets too (WIDE). Stream K was
+# tried there and dropped (H100, 2026-11-26, its own TMA or plain tiles of 64 x 64 to
+# 256 x 128, every program an equal share of the tiles' K steps, the shares of a tile
+# summed by its last program): 0.29-0.91x, below the best unsplit or split tile on
+# every sample; 132 programs each streaming its own range of the weight drew 1.31 TB/s
+# where 48 whole tiles drew 1.49 (ncu: two thirds of the stalls on the loads' barrier).
+_PLAIN_SPLIT = {**_PLAIN, **_SPLIT}
+_CANDIDATES["medium"] = _CANDIDATES["large"] = [
+    (64, 64, 128, 4, 6, _PLAIN),
+    (64, 32, 256, 4, 4, _PLAIN),
+    (64, 128, 128, 4, 4, _PLAIN),
+    (128, 64, 128, 4, 4, _PLAIN),
+    (128, 64, 64, 4, 4, _PLAIN),
+    (128, 64, 128, 4, 4, _PLAIN_SPLIT),
+    (128, 128, 128, 8, 3, _PLAIN_SPLIT),
+    (128, 64, 128, 8, 4, _PLAIN_SPLIT),
+    (128, 128, 64, 8, 4, _PLAIN_SPLIT),
+    (128, 128, 64, 8, 4, _SPLIT),
+    (128, 256, 64, 8, 3, {"persistent": 1}),
+]
+_CANDIDATES["chunk"] = [
+    (128, 128, 64, 8, 4),
+    (128, 256, 64, 8, 3),
+    (128, 256, 64, 8, 3, {"persistent": 1}),
+    (128, 128, 64, 8, 4, {"persistent": 1}),
+    (128, 128, 64, 8, 4, _SPLIT),
+    (128, 128, 128, 8, 3, _PLAIN_SPLIT),
+    (128, 64, 128, 4, 4, _PLAIN_SPLIT),
+    (128, 64, 128, 4, 4, _PLAIN),
+    (64, 128, 128, 4, 4, _PLAIN),
+]
 
 
 def candidates(variant, bucket):
@@ -161,13 +215,18 @@ def candidates(variant, bucket):
     default = config(variant, bucket)
     if variant.dtype == "fp32" or variant.arch not in _BIG_SHARED:
         return [default]
-    if bucket == "prefill":
+    if bucket.removesuffix("-wide") == "prefill":
         found = [
             tiles(128, 256, 64, 8, 3, group=4, persistent=1, flatten=True),
             tiles(128, 256, 64, 8, 3, group=16, persistent=1, flatten=True),
             tiles(128, 256, 64, 8, 3, persistent=1),
             tiles(128, 256, 64, 4, 3, persistent=1, ws=True),
             tiles(128, 256, 64, 8, 3, persistent=1, flatten=True, ctas=2),
+            # Narrow products of 2048 rows (Qwen's 3584 -> 4608: 288 tiles of 128 x 256,
+            # two waves and a fifth) take narrower tiles.
+            tiles(128, 128, 64, 8, 4),
+            tiles(128, 128, 64, 8, 4, persistent=1),
+            tiles(128, 256, 64, 8, 3),
         ]
     else:
         found = [
