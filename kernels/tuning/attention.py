@@ -11,9 +11,11 @@ import triton
 
 from ntops_aot.aot.declare.space import Bucket, Config, Operand
 
-# Llama-3-8B's attention (32 query heads over 8 key/value heads) and plain multi-head
-# attention, at decode (one query against a KV cache) and prefill sizes.
-_GQA, _MHA = (32, 8), (32, 32)
+# Llama-3-8B's attention (32 query heads over 8 key/value heads), Qwen2.5-7B's (28
+# over 4: groups of 7, and half Llama's key/value heads to spread over the
+# multiprocessors) and plain multi-head attention, at decode (one query against a KV
+# cache) and prefill sizes.
+_GQA, _QWEN, _MHA = (32, 8), (28, 4), (32, 32)
 
 
 def _sample(batch, heads, seq_q, seq_kv, head_dim=128):
@@ -35,7 +37,7 @@ def _decode(batches, lengths):
         _sample(batch, heads, 1, seq_kv)
         for batch in batches
         for seq_kv in lengths
-        for heads in (_GQA, _MHA)
+        for heads in (_GQA, _QWEN, _MHA)
     )
 
 
@@ -107,7 +109,11 @@ def candidates(variant, bucket):
     ):
         return [default]
     if bucket != "prefill":
+        # Batch 1 of Qwen's 4 key/value heads fills 132 multiprocessors only in 32
+        # parts or more.
         found = [
+            tiles(16, 64, block_d, 4, 3, 64),
+            tiles(16, 128, block_d, 4, 3, 32),
             tiles(16, 128, block_d, 4, 3, 16),
             tiles(16, 64, block_d, 4, 3, 32),
             tiles(16, 128, block_d, 8, 3, 32),
@@ -125,5 +131,9 @@ def candidates(variant, bucket):
             tiles(64, 64, block_d, 4, 2, tma=True),
             tiles(64, 64, block_d, 4, 4, tma=True),
             tiles(64, 32, block_d, 4, 3, tma=True),
+            # Triton 3.7 on moved the best warps and key blocks (triton-lang/triton#11373).
+            tiles(128, 64, block_d, 4, 3, tma=True),
+            tiles(128, 128, block_d, 8, 2, tma=True),
+            tiles(64, 128, block_d, 4, 2, tma=True),
         ]
     return [default, *(c for c in found if c.key != default.key)]
