@@ -83,31 +83,43 @@ SAMPLE_ROWS = {
 # 0.93-0.99x; at N=6144 and 28672 64x64 tiles reach 0.98-1.04x and 64x32 ones (1.5
 # waves at 6144) 0.83-0.96x.
 WIDE = {
-    "decode": 8192,
-    "small": 4096,
-    "batched": 4096,
-    "medium": 4608,
-    "large": 4608,
-    "chunk": 4608,
-    "prefill": 4608,
+    "decode": (8192,),
+    "small": (4096,),
+    "batched": (4096,),
+    "medium": (4608,),
+    # 129-256 rows: 128x256 persistent tiles suit 14336 columns and more, and leave
+    # 6144 (Llama's fused QKV) and 8192 (Llama-3.2-1B's MLP) at 0.51-0.63x, where 128x128
+    # tiles reach 0.68-0.79x (H100, 2026-11-26): a bucket of their own.
+    "large": (4608, 8192),
+    "chunk": (4608,),
+    "prefill": (4608,),
 }
+SUFFIXES = ("-mid", "-wide")
+
+
+def base(bucket):
+    """The bucket of rows a bucket belongs to (`large` of `large-mid`)."""
+    for suffix in SUFFIXES:
+        bucket = bucket.removesuffix(suffix)
+    return bucket
 
 
 def buckets(sample=linear, square=row_major):
     """Rows of the product pick the bucket, and where WIDE splits them its columns
-    (`name` up to that many, `name-wide` the rest). Samples: the models' products at
-    each bucket's sizes, `sample(m, k, n)` making a call's operands, and 4096^3."""
+    (`name` up to the first bound, `name-mid` up to the second, `name-wide` the rest).
+    Samples: the models' products at each bucket's sizes, `sample(m, k, n)` making a
+    call's operands, and 4096^3."""
     found = []
     for name, upto in BOUNDS.items():
         calls = [(n, sample(m, k, n)) for m in SAMPLE_ROWS[name] for k, n in MODELS]
         if name == "prefill":
             calls.append((4096, square(4096, 4096, 4096)))
-        narrow = WIDE.get(name)
-        if narrow is None:
-            found.append(Bucket(name, upto, tuple(call for _, call in calls)))
-            continue
-        found.append(Bucket(name, upto, tuple(c for n, c in calls if n <= narrow), narrow))
-        found.append(Bucket(f"{name}-wide", upto, tuple(c for n, c in calls if n > narrow)))
+        bounds = WIDE.get(name, ())
+        names = [name, *(name + suffix for suffix in SUFFIXES[-len(bounds) :])][: len(bounds) + 1]
+        lows = (0, *bounds)
+        for label, low, high in zip(names, lows, (*bounds, None), strict=True):
+            taken = tuple(c for n, c in calls if n > low and (high is None or n <= high))
+            found.append(Bucket(label, upto, taken, high) if bounds else Bucket(label, upto, taken))
     return tuple(found)
 
 
@@ -120,11 +132,11 @@ def config(variant, bucket):
     tma, big = arch in _TMA, arch in _BIG_SHARED
     # Decode sizes load through plain pointers: on an H100 the TMA descriptors each
     # program makes cost 1-2 us, 5% of a 26 us product (tuning runs of 2026-11-22).
-    if bucket.removesuffix("-wide") == "decode":
+    if base(bucket) == "decode":
         return tiles(16, 32, 256 if big else 128, 4, 4, tma=False)
-    if bucket.removesuffix("-wide") in ("small", "batched"):
+    if base(bucket) in ("small", "batched"):
         return tiles(64, 64, 128, 4, 4 if big else 3, tma=False)
-    if bucket.removesuffix("-wide") in ("medium", "large"):
+    if base(bucket) in ("medium", "large"):
         return tiles(128, 128, 64, 8 if big else 4, 4 if big else 3, tma=tma)
     if big:
         return tiles(128, 256, 64, 8, 3, persistent=1, flatten=True, tma=tma)
@@ -215,7 +227,7 @@ def candidates(variant, bucket):
     default = config(variant, bucket)
     if variant.dtype == "fp32" or variant.arch not in _BIG_SHARED:
         return [default]
-    if bucket.removesuffix("-wide") == "prefill":
+    if base(bucket) == "prefill":
         found = [
             tiles(128, 256, 64, 8, 3, group=4, persistent=1, flatten=True),
             tiles(128, 256, 64, 8, 3, group=16, persistent=1, flatten=True),
@@ -231,7 +243,7 @@ def candidates(variant, bucket):
     else:
         found = [
             tiles(*choice[:5], **(choice[5] if len(choice) > 5 else {}))
-            for choice in _CANDIDATES[bucket.removesuffix("-wide")]
+            for choice in _CANDIDATES[base(bucket)]
         ]
     return [default, *(c for c in found if c.key != default.key)]
 

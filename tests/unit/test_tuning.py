@@ -49,10 +49,10 @@ def plan_with(planned, directory):
 
 def test_without_a_table_each_bucket_has_its_declared_default(planned):
     op = planned.ops["mm"]
-    assert op.tuning.names == tuple(
-        f"{name}{wide}"
-        for name in ("decode", "small", "batched", "medium", "large", "chunk", "prefill")
-        for wide in ("", "-wide")
+    assert op.tuning.names == (
+        *("decode", "decode-wide", "small", "small-wide", "batched", "batched-wide"),
+        *("medium", "medium-wide", "large", "large-mid", "large-wide", "chunk", "chunk-wide"),
+        *("prefill", "prefill-wide"),
     )
     choices = planned.choices[MM.id]
     assert {bucket: choice.source for bucket, choice in choices.items()} == dict.fromkeys(
