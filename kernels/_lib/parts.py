@@ -20,25 +20,37 @@ def partial_results(workspace):
 
 @triton.jit
 def claim(slot, launch):
-    """Tag a unit of work's counter with the launch's id (unique in the process), at
-    the start of each of its parts: the workspace comes unzeroed, and whatever the
-    counter held is another launch's count or no count. Only the first claim of a
-    launch changes it; the compare-and-swap of the others fails, and needs no retry:
-    the counter holds this launch's tag by then. A graph replays its launch id, so the
-    last part clears the counter (`arrive`)."""
+    """Tag a unit of work's counter with the launch's tag (`arrive`), at the start of
+    each of its parts: the workspace comes unzeroed, and whatever the counter held is
+    another launch's count or no count. Only the first claim of a launch changes it;
+    the compare-and-swap of the others fails, and needs no retry: the counter holds
+    this launch's tag by then. A graph replays its launch id, so the last part clears
+    the counter."""
     # Scalar atomics run once per program and their result reaches every thread:
     # a plain load could differ between threads.
+    tag = (tl.cast(launch, tl.int64) * 6364136223846793005) & -64
     seen = tl.atomic_add(slot, 0, sem="relaxed", scope="gpu")
-    if seen // 64 != launch:
-        tl.atomic_cas(slot, seen, launch * 64, sem="relaxed", scope="gpu")
+    if (seen & -64) != tag:
+        tl.atomic_cas(slot, seen, tag, sem="relaxed", scope="gpu")
 
 
 @triton.jit
 def arrive(slot, launch):
     """Count one more part of a unit of work done (after `claim`), and return how
     many are (at most 63): one atomic, so parts that finish together do not queue on
-    retries (a compare-and-swap loop here cost 11 us of a 23 us batch-1 decode)."""
-    return tl.atomic_add(slot, 1, sem="acq_rel", scope="gpu") + 1 - launch * 64
+    retries (a compare-and-swap loop here cost 11 us of a 23 us batch-1 decode).
+
+    A counter holds its launch's tag plus its count, the tag being the launch id times
+    an odd 64-bit constant (a bijection of the 64-bit integers, wrapping) with the low
+    six bits cleared. Tagged with the id times 64, as it first was, stale workspace
+    memory that held 64 x id + k (any small integer an earlier kernel left there: a
+    size, a stride; 37,888 bytes is 64 x 592) passed for k parts of this launch, and a
+    tile merged before its parts were in: in a tuning run on an H100 (2026-11-26) one
+    split-K call went wrong at the same point of the run every time, and never with
+    the counters zeroed. A tag spread over 58 bits is held by stale memory by chance
+    only."""
+    tag = (tl.cast(launch, tl.int64) * 6364136223846793005) & -64
+    return tl.atomic_add(slot, 1, sem="acq_rel", scope="gpu") + 1 - tag
 
 
 @triton.jit

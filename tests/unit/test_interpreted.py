@@ -493,13 +493,20 @@ def check_split_k():
             launch, BM, BN, BK, 8, False, False, False, False, False, "ieee", True, False, False,
         )  # fmt: skip
 
+    def tag(launch):  # _lib/parts.py's, on the wrapping 64-bit integers
+        return ((launch * 6364136223846793005 + 2**63) % 2**64 - 2**63) & -64
+
     a, b = torch.randn(37, 200), torch.randn(200, 29)
     tiles = 3 * 2
     for parts in (1, 3, 5):
         programs = tiles * parts
-        # Garbage, as recycled memory holds: noise, and counts another launch (5) left.
+        # Garbage, as recycled memory holds: noise, counts another launch (5) left, and
+        # small integers of the form 64 x 7 + k, which passed for counts of launch 7
+        # when its tag was its id times 64.
         workspace = torch.randint(-(2**31), 2**31 - 1, (programs * 258 + 32,), dtype=torch.int32)
-        workspace.view(torch.int64)[: tiles // 2] = 5 * 64 + 2
+        counters = workspace.view(torch.int64)
+        counters[: tiles // 2] = tag(5) + 2
+        counters[tiles // 2 : tiles] = 7 * 64 + 1
         for launch in (7, 7, 8):  # 7 twice: a graph replay
             c = torch.full((37, 29), float("nan"))
             split[(programs,)](a, b, c, workspace, launch, 37, 29, 200, 16, 16, 16)
