@@ -82,17 +82,20 @@ SAMPLE_ROWS = {
 # 64x32 tiles (128 programs) reach 0.97-1.03x cuBLAS where 64x64 ones (64) reach
 # 0.93-0.99x; at N=6144 and 28672 64x64 tiles reach 0.98-1.04x and 64x32 ones (1.5
 # waves at 6144) 0.83-0.96x.
+# Past 4096 columns, tiles that make 128 programs at 4096 make a second wave at 4608
+# (Qwen2.5-7B's fused QKV): at decode 16x32 tiles reach 0.91x cuBLAS there and 16x64
+# ones 0.98x, at 128 rows 64x64 tiles 0.58x (H100, 2026-11-26).
 WIDE = {
-    "decode": (8192,),
+    "decode": (4096,),
     "small": (4096,),
     "batched": (4096,),
-    "medium": (4608,),
+    "medium": (4096,),
     # 129-256 rows: 128x256 persistent tiles suit 14336 columns and more, and leave
     # 6144 (Llama's fused QKV) and 8192 (Llama-3.2-1B's MLP) at 0.51-0.63x, where 128x128
     # tiles reach 0.68-0.79x (H100, 2026-11-26): a bucket of their own.
-    "large": (4608, 8192),
-    "chunk": (4608,),
-    "prefill": (4608,),
+    "large": (4096, 8192),
+    "chunk": (4096,),
+    "prefill": (4096,),
 }
 SUFFIXES = ("-mid", "-wide")
 
@@ -193,7 +196,7 @@ _CANDIDATES = {
 # 256 x 128, every program an equal share of the tiles' K steps, the shares of a tile
 # summed by its last program): 0.29-0.91x, below the best unsplit or split tile on
 # every sample; 132 programs each streaming its own range of the weight drew 1.31 TB/s
-# where 48 whole tiles drew 1.49 (ncu: two thirds of the stalls on the loads' barrier).
+# where 48 whole tiles drew 1.49 (ncu: a third of the stalls on the loads' barrier).
 _PLAIN_SPLIT = {**_PLAIN, **_SPLIT}
 _CANDIDATES["medium"] = _CANDIDATES["large"] = [
     (64, 64, 128, 4, 6, _PLAIN),
@@ -235,7 +238,7 @@ def candidates(variant, bucket):
             tiles(128, 256, 64, 4, 3, persistent=1, ws=True),
             tiles(128, 256, 64, 8, 3, persistent=1, flatten=True, ctas=2),
             # Narrow products of 2048 rows (Qwen's 3584 -> 4608: 288 tiles of 128 x 256,
-            # two waves and a fifth) take narrower tiles.
+            # two waves and a fifth) in narrower tiles: none won (H100, 2026-11-26).
             tiles(128, 128, 64, 8, 4),
             tiles(128, 128, 64, 8, 4, persistent=1),
             tiles(128, 256, 64, 8, 3),

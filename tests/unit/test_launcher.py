@@ -244,10 +244,10 @@ def test_matmul_layouts(plan):
 @pytest.mark.parametrize(
     ("rows", "columns", "bucket"),
     [
-        *((1, 1024, "decode"), (16, 6144, "decode"), (16, 8208, "decode-wide")),
+        *((1, 1024, "decode"), (16, 4096, "decode"), (16, 4112, "decode-wide")),
         *((17, 1024, "small"), (32, 4096, "small"), (32, 4112, "small-wide")),
         *((64, 4096, "batched"), (33, 28672, "batched-wide"), (65, 1024, "medium")),
-        *((128, 4624, "medium-wide"), (129, 4608, "large"), (192, 6144, "large-mid")),
+        *((128, 4112, "medium-wide"), (129, 4096, "large"), (192, 6144, "large-mid")),
         *((256, 8192, "large-mid"), (256, 8208, "large-wide")),
         *((257, 1024, "chunk"), (512, 6144, "chunk-wide"), (513, 1024, "prefill")),
         *((2048, 1024, "prefill"), (2048, 6144, "prefill-wide")),
