@@ -118,11 +118,10 @@ def buckets(sample=linear, square=row_major):
         if name == "prefill":
             calls.append((4096, square(4096, 4096, 4096)))
         bounds = WIDE.get(name, ())
-        names = [name, *(name + suffix for suffix in SUFFIXES[-len(bounds) :])][: len(bounds) + 1]
-        lows = (0, *bounds)
-        for label, low, high in zip(names, lows, (*bounds, None), strict=True):
+        names = [name, *(name + suffix for suffix in SUFFIXES[len(SUFFIXES) - len(bounds) :])]
+        for label, low, high in zip(names, (0, *bounds), (*bounds, None), strict=True):
             taken = tuple(c for n, c in calls if n > low and (high is None or n <= high))
-            found.append(Bucket(label, upto, taken, high) if bounds else Bucket(label, upto, taken))
+            found.append(Bucket(label, upto, taken, high))
     return tuple(found)
 
 
@@ -159,6 +158,7 @@ def config(variant, bucket):
 # multiprocessor. cuBLAS's kernels there (nvjet, in ncu) are warp-specialised TMA
 # kernels of 96-128 programs in clusters of 2-4, 15-16 stages of 64-wide K steps.
 _PLAIN, _SPLIT = {"tma": False}, {"split": 4}
+_PLAIN_SPLIT = {**_PLAIN, **_SPLIT}
 # Up to 64 rows: 64x64 tiles read every weight row once; at N=4096 they leave half the
 # multiprocessors idle, where 64x32 and 32x32 tiles fill them (re-reading the
 # activations from L2) and lose at wider N. Split K gives wide tiles programs but pays
@@ -181,8 +181,8 @@ _CANDIDATES = {
         (16, 128, 128, 4, 4, _PLAIN),
         (16, 32, 128, 4, 6, _PLAIN),
         (16, 64, 128, 4, 6),
-        (16, 64, 256, 4, 4, {**_PLAIN, **_SPLIT}),
-        (16, 128, 256, 4, 3, {**_PLAIN, **_SPLIT}),
+        (16, 64, 256, 4, 4, _PLAIN_SPLIT),
+        (16, 128, 256, 4, 3, _PLAIN_SPLIT),
     ],
     "small": _NARROW,
     "batched": _NARROW,
@@ -197,7 +197,6 @@ _CANDIDATES = {
 # summed by its last program): 0.29-0.91x, below the best unsplit or split tile on
 # every sample; 132 programs each streaming its own range of the weight drew 1.31 TB/s
 # where 48 whole tiles drew 1.49 (ncu: a third of the stalls on the loads' barrier).
-_PLAIN_SPLIT = {**_PLAIN, **_SPLIT}
 _CANDIDATES["medium"] = _CANDIDATES["large"] = [
     (64, 64, 128, 4, 6, _PLAIN),
     (64, 32, 256, 4, 4, _PLAIN),

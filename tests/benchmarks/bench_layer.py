@@ -119,6 +119,19 @@ QWEN_7B = Model(
     rope_theta=1e6,
     qkv_bias=True,
 )
+# The products benchmark's third model (no layer scenarios run it).
+LLAMA_1B = Model(
+    name="Llama-3.2-1B",
+    prefix="llama1b-",
+    hidden=2048,
+    heads=32,
+    kv_heads=8,
+    head_dim=64,
+    intermediate=8192,
+    eps=1e-5,
+    rope_theta=500000.0,
+    qkv_bias=False,
+)
 MODELS = (LLAMA_8B, QWEN_7B)
 
 
@@ -851,6 +864,17 @@ def parse_args():
     return args
 
 
+def provenance(nt):
+    """What a report's figures were measured on: the GPU, torch, the wheel."""
+    return {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "ntops_prebuilt": nt.manifest().get("version"),
+        "toolchain": nt.manifest().get("toolchain"),
+    }
+
+
 def measure_all(args):
     """Every figure: ntops_prebuilt and torch eager here, then torch.compile in a child."""
     import ntops_prebuilt as nt
@@ -859,11 +883,7 @@ def measure_all(args):
     effort = QUICK if args.quick else FULL
     weights = model_weights(args.scenarios)
     report = {
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "ntops_prebuilt": nt.manifest().get("version"),
-        "toolchain": nt.manifest().get("toolchain"),
+        **provenance(nt),
         "method": METHOD,
         "layer": {s.name: layer_scenario(nt, weights[s.model], s, effort) for s in args.scenarios},
     }

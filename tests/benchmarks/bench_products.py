@@ -33,19 +33,7 @@ import bench_layer as layer
 import ntops_prebuilt as nt
 
 F = torch.nn.functional
-LLAMA_1B = layer.Model(
-    name="Llama-3.2-1B",
-    prefix="llama1b-",
-    hidden=2048,
-    heads=32,
-    kv_heads=8,
-    head_dim=64,
-    intermediate=8192,
-    eps=1e-5,
-    rope_theta=500000.0,
-    qkv_bias=False,
-)
-MODELS = {"llama8b": layer.LLAMA_8B, "qwen7b": layer.QWEN_7B, "llama1b": LLAMA_1B}
+MODELS = {"llama8b": layer.LLAMA_8B, "qwen7b": layer.QWEN_7B, "llama1b": layer.LLAMA_1B}
 ROWS = (1, 8, 16, 32, 48, 64, 96, 128, 160, 192, 224, 256, 512, 1024, 2048, 4096)
 QUICK_ROWS = (1, 32, 64, 96, 128, 192, 256, 2048)
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -223,15 +211,7 @@ def main():
     print_tables(cells)
     print_summary(cells)
     if args.json:
-        report = {
-            "device": torch.cuda.get_device_name(),
-            "torch": torch.__version__,
-            "cuda": torch.version.cuda,
-            "ntops_prebuilt": nt.manifest().get("version"),
-            "toolchain": nt.manifest().get("toolchain"),
-            "method": METHOD,
-            "cells": cells,
-        }
+        report = {**layer.provenance(nt), "method": METHOD, "cells": cells}
         Path(args.json).write_text(json.dumps(report, indent=1))
 
 
