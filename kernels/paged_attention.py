@@ -98,14 +98,20 @@ def _tiles(m, n, d, warps, stages, parts=1):
 
 def config(variant, bucket):
     """Decode: 16 rows (a GQA group's heads of one query or a few) and 128 keys a block
-    in 2 stages, the keys in up to 64 parts. H100 sweep (2026-11-26, bf16, head_dim 128,
-    32/8 heads, page 16, batch 1-256, tests/benchmarks/bench_paged_attention.py): 128 keys
-    in 2 stages led 64 keys in 3 by 1.05-1.26x (1545 against 1924 us at batch 256,
-    uniform 128..8192 keys); 8 warps 0.68x, 2 warps 0.75x, 32 keys 0.78x. Prefill: 64
-    rows, 64 keys, 3 stages: 128 rows in 8 warps were 1.16x faster on 8 ragged prefills
-    but 0.68x on a prefill chunk beside 63 decodes (rows of one query fill a 64-row block
-    to a sixteenth), the batches a server runs. head_dim 256 takes half the keys: two
-    stages of 128 keys of 256 dims, keys and values, are 256 KiB."""
+    in 2 stages, the keys in up to 64 parts. Prefill: 64 rows, 64 keys, 3 stages.
+    head_dim 256 takes half the keys: two stages of 128 keys of 256 dims, keys and
+    values, are 256 KiB.
+
+    Swept on an H100 (2026-11-26, bf16, head_dim 128, 32/8 heads, pages of 16 and 64,
+    .device sweeps of tests/benchmarks/bench_paged_attention.py's cases), after the
+    unmasked loop was pipelined (_lib/paged.py's attend_block): decode 128 keys in 3 stages
+    within 2% (6% faster with one long request among 255 short ones), 64 keys in 4
+    stages 0.88-0.93x, 256 keys 0.72-0.87x (spills), 8 warps 0.71-0.80x; a 64-row
+    wgmma tile with 16 live rows 0.86-0.91x (tensor-core tiles of one warpgroup spill
+    the accumulator, scores and probabilities of 64 rows). Prefill: 128 rows in 8 warps
+    0.97-1.03x on 8 ragged prefills but 0.60x on a prefill chunk beside 63 decodes
+    (rows of one query fill a 128-row block to a thirty-second), 4 stages within 1%,
+    64 x 128 0.79x, 64 rows in 8 warps 0.54x."""
     head_dim = int(dict(variant.switches)["head_dim"])
     wide = head_dim > 128
     small_shared = variant.arch in ("sm_86", "sm_89", "sm_120")

@@ -16,7 +16,8 @@ decodes) so runs in one launch.
 Keys: key j of request b is row j of its sequence: in a paged cache at page
 table[b][j // page_size], slot j % page_size; packed (varlen) at row start[b] + j;
 in a dense cache at row j of batch entry b. One formula serves the three (a page size
-of 2^30 and a zero page stride make the page lookup vanish); page numbers are 64-bit
+of 2^30 and a zero page stride make the page lookup vanish); offsets are in the
+strides' type (the launcher takes caches of 2^31 elements or more to the 64-bit kernel)
 and every index is clamped into the table and the cache, so no length or page number
 can make a program read or write outside them.
 
@@ -72,12 +73,13 @@ def key_length(k_lens, b, k_len, cumulative):
 def key_rows(table_row, first, start, page_size, pages, blocks, N):
     """Where keys first .. first + N lie: their page numbers (from the request's row of
     the table, clamped into the table's `pages` entries and the cache's `blocks` pages)
-    and rows in the page, 64-bit; unpaged keys (page_size 1073741824) read no table."""
+    and rows in the page (int32: the callers' offsets take the strides' type, 64-bit in
+    the 64-bit kernel); unpaged keys (page_size 1073741824) read no table."""
     columns = first + tl.arange(0, N)
     page = tl.minimum(columns // page_size, pages - 1)
     number = tl.load(table_row + page, mask=(page * 0 + page_size) < 1073741824, other=0)
-    number = tl.minimum(tl.maximum(number, 0), blocks - 1).to(tl.int64)
-    return number, (start + columns % page_size).to(tl.int64)
+    number = tl.minimum(tl.maximum(number, 0), blocks - 1)
+    return number, start + columns % page_size
 
 
 @triton.jit
@@ -148,7 +150,10 @@ def attend_paged(
     columns_d = tl.arange(0, BLOCK_D)
     inside_d = columns_d < head_dim
     factor = scale * 1.4426950408889634
-    for block in tl.range(unit, row_blocks, units, num_stages=1):
+    for step in tl.range(unit, row_blocks, units, num_stages=1):
+        # Unsplit (prefill) blocks the last first: a request's last rows see the most
+        # keys, and decodes beside a chunk see more than its rows (mixed batch 1.11x).
+        block = row_blocks - 1 - step if MAX_PARTS == 1 else step
         b = request_of(cu_q, block, batch, q_len, group, BLOCK_M)
         q_first = tl.minimum(query_start(cu_q, b, q_len), total_q)
         q_end = tl.minimum(query_start(cu_q, b + 1, q_len), total_q)
@@ -229,6 +234,8 @@ def attend_block(
     full_low = tl.where(left >= 0, last_query + diagonal - left, 0)
     span = tl.maximum(high - low, 0)
     used = tl.minimum(tl.maximum(tl.cdiv(span, min_chunk), 1), parts)
+    if MAX_PARTS == 1:  # built unsplit (the 64-bit kernel): part 0 takes every key
+        used = 1
     per_part = tl.cdiv(tl.cdiv(span, BLOCK_N), used) * BLOCK_N
     if part < used:
         q_rows = q + (q_first + query).to(tl.int64)[:, None] * sq_t + head[:, None] * sq_h
@@ -246,12 +253,18 @@ def attend_block(
         u0 = s + tl.cdiv(tl.maximum(full_low - s, 0), BLOCK_N) * BLOCK_N
         u0 = tl.minimum(u0, cached_end)
         u1 = u0 + tl.maximum(tl.minimum(cached_end, full_high) - u0, 0) // BLOCK_N * BLOCK_N
-        for first in tl.range(u0, u1, BLOCK_N):
+        # Counted from 0 in steps of 1: Triton 3.9 left the loop over range(u0, u1,
+        # BLOCK_N) unpipelined (synchronous loads in its TTGIR), which cost decode 7-11%
+        # and prefill 31% (H100, 2026-11-26). Offsets in the strides' type (32 bits in
+        # the 32-bit kernel): 64-bit offsets of [BLOCK_N, BLOCK_D] tiles spilled, and a
+        # 64-bit pointer per key row cost prefill 31%.
+        for index in tl.range(0, (u1 - u0) // BLOCK_N):
+            first = u0 + index * BLOCK_N
             number, row = key_rows(table_row, first, start, page, pages, blocks, BLOCK_N)
             at = (number * sk_page + row * sk_t)[:, None] + columns_d[None, :]
-            kt = tl.load(k_base + at, mask=inside_d[None, :])
+            kt = tl.load(k_base + at, mask=inside_d[None, :], other=0.0)
             at = (number * sv_page + row * sv_t)[:, None] + columns_d[None, :]
-            vt = tl.load(v_base + at, mask=inside_d[None, :])
+            vt = tl.load(v_base + at, mask=inside_d[None, :], other=0.0)
             accumulator, running_max, running_sum = fold_keys(
                 accumulator, running_max, running_sum, q_tile, kt, vt,
                 first + tl.arange(0, BLOCK_N), cached_end, query, diagonal, left, right,
@@ -259,7 +272,9 @@ def attend_block(
             )  # fmt: skip
         before = tl.cdiv(u0 - s, BLOCK_N)
         after = tl.cdiv(cached_end - u1, BLOCK_N)
-        for index in tl.range(0, before + after):
+        # A block or two at the diagonal or a window's edge: unpipelined, its buffers
+        # and registers would cost the loop above (decode 2-4% faster without).
+        for index in tl.range(0, before + after, num_stages=1):
             first = tl.where(index < before, s + index * BLOCK_N, u1 + (index - before) * BLOCK_N)
             columns = first + tl.arange(0, BLOCK_N)
             loaded = (columns < cached_end)[:, None] & inside_d[None, :]

@@ -175,6 +175,45 @@ def test_kvcache_decode_appends(nt, paged, batch):
         torch.testing.assert_close(other, results[0], **within)
 
 
+def test_kvcache_past_2_31_elements(nt):
+    """A server's cache of 2^31 elements or more (here its pages past 2^31 elements from
+    its start) takes the 64-bit kernel, which is built unsplit: a decode's split must
+    still give every request all its keys (it once summed one part of them) and the
+    appended entries land in their pages."""
+    dtype, heads_q, heads_kv, head_dim, page = torch.bfloat16, 32, 8, 128, 16
+    blocks = 2**31 // (page * heads_kv * head_dim) + 64
+    lengths = [3000, 17, 700, 1]
+    ks = [torch.randn(n, heads_kv, head_dim, dtype=dtype, device="cuda") for n in lengths]
+    vs = [torch.randn(n, heads_kv, head_dim, dtype=dtype, device="cuda") for n in lengths]
+    k_cache = torch.zeros(blocks, page, heads_kv, head_dim, dtype=dtype, device="cuda")
+    v_cache = torch.zeros_like(k_cache)
+    table = torch.zeros(len(lengths), 200, dtype=torch.int32, device="cuda")
+    number = blocks - 1  # the last pages: offsets past 2^31
+    for b, n in enumerate(lengths):
+        for p in range(n // page + 1):
+            table[b, p] = number
+            keys, values = ks[b][p * page : (p + 1) * page], vs[b][p * page : (p + 1) * page]
+            k_cache[number, : len(keys)], v_cache[number, : len(values)] = keys, values
+            number -= 1
+    q = torch.randn(len(lengths), 1, heads_q, head_dim, dtype=dtype, device="cuda")
+    k_new, v_new = (
+        torch.randn(len(lengths), 1, heads_kv, head_dim, dtype=dtype, device="cuda")
+        for _ in range(2)
+    )
+    seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
+    out = nt.flash_attn_with_kvcache(
+        q, k_cache, v_cache, k_new, v_new, cache_seqlens=seqlens, block_table=table, causal=True
+    )
+    within = of("paged_attention", dtype)
+    for b, n in enumerate(lengths):
+        keys, values = torch.cat([ks[b], k_new[b]]), torch.cat([vs[b], v_new[b]])
+        expected, _ = reference(q[b], keys, values, causal=True)
+        torch.testing.assert_close(out[b].float(), expected, **within, msg=f"request {b}")
+        slot = table[b, n // page].item(), n % page
+        torch.testing.assert_close(k_cache[slot], k_new[b, 0], rtol=0, atol=0)
+        torch.testing.assert_close(v_cache[slot], v_new[b, 0], rtol=0, atol=0)
+
+
 def test_kvcache_int_lengths_and_spec_decoding(nt):
     """cache_seqlens as an int, 4 new queries per request (a speculative step), MQA."""
     dtype, batch, heads_q, head_dim = torch.float16, 3, 16, 64
