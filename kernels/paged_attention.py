@@ -32,6 +32,7 @@ from ._lib.paged import (  # noqa: F401
     key_rows,
     query_start,
     request_of,
+    store_merged,
 )
 from ._lib.parts import arrive, claim, leave_rows, merged_rows, partial_results  # noqa: F401
 
