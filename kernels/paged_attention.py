@@ -32,7 +32,6 @@ from ._lib.paged import (  # noqa: F401
     key_rows,
     query_start,
     request_of,
-    store_merged,
 )
 from ._lib.parts import arrive, claim, leave_rows, merged_rows, partial_results  # noqa: F401
 
@@ -99,7 +98,8 @@ def _tiles(m, n, d, warps, stages, parts=1):
 
 def config(variant, bucket):
     """Decode: 16 rows (a GQA group's heads of one query or a few) and 128 keys a block
-    in 2 stages, the keys in up to 64 parts. Prefill: 64 rows, 64 keys, 3 stages.
+    in 2 stages, the keys in up to 16 parts (aot/runtime/_flash_attn.py's _MOST_PARTS
+    says why). Prefill: 64 rows, 64 keys, 3 stages.
     head_dim 256 takes half the keys: two stages of 128 keys of 256 dims, keys and
     values, are 256 KiB.
 
@@ -120,7 +120,7 @@ def config(variant, bucket):
         block_n = 64 if wide or small_shared else 128
         if wide and small_shared:
             block_n = 32
-        return _tiles(UNIT_ROWS, block_n, head_dim, 4, 2, parts=64)
+        return _tiles(UNIT_ROWS, block_n, head_dim, 4, 2, parts=16)
     if wide:
         return _tiles(64, 32, head_dim, 8, 2)
     return _tiles(64, 64, head_dim, 4, 2 if small_shared else 3)

@@ -38,8 +38,12 @@ _UNIT_ROWS = 16
 # Decode's split (`_parts`): kernels/paged_attention.py's most parts; the keys a part of
 # the longest request aims at; the fewest keys of a part where every multiprocessor has
 # one tile; the programs whose partial results (8 KiB each at head_dim 128) a workspace
-# holds at most.
-_MOST_PARTS = 64
+# holds at most. 16 parts against 64 (H100, against FlashInfer in one run, GQA 32/8):
+# batch-1 decodes 1.08-1.09x against 0.92-0.98x (the merge takes a GQA group's rows
+# from 16 parts in one round of loads, from 64 in four), one 32k request among 7 short
+# ones 0.96x against 0.85x, one 32k request alone 0.96x against 0.94-0.95x; 32 parts
+# 1.01-1.03x there, but 0.92-1.04x at batch 1 and 0.84-0.96x with the 32k among 7.
+_MOST_PARTS = 16
 _PART_KEYS = 1024
 _CHUNK_KEYS = 256
 _WORKSPACE_PROGRAMS = 8192

@@ -363,44 +363,20 @@ def combine(
     mine = partials + (tile.to(tl.int64) * parts + part) * size
     leave_rows(mine, accumulator, running_max, running_sum, live_rows, inside, BLOCK_M, BLOCK_D)
     if arrive(slot, launch) == used:
+        ROWS: tl.constexpr = 8192 // (MAX_PARTS * BLOCK_D) if MAX_PARTS * BLOCK_D < 8192 else 1
         first = partials + tile.to(tl.int64) * parts * size
-        # 8192 cells a round (64 registers a thread): with few parts (a batch-1 or -8
-        # decode's 9-16) a round takes 4 rows instead of 1, and a GQA group's rows
-        # come in one round instead of one round each.
-        if MAX_PARTS > 16 and used > 16:
-            store_merged(
-                first, used, live_rows, inside, o_request, lse_request, first_row, group,
-                kv_head, so_t, so_h, sl_h, sl_t, BLOCK_M, BLOCK_D, MAX_PARTS,
-            )  # fmt: skip
-        else:
-            store_merged(
-                first, used, live_rows, inside, o_request, lse_request, first_row, group,
-                kv_head, so_t, so_h, sl_h, sl_t, BLOCK_M, BLOCK_D, min(MAX_PARTS, 16),
-            )  # fmt: skip
+        for chunk in tl.range(0, live_rows, ROWS, num_stages=1):
+            rows = chunk + tl.arange(0, ROWS)
+            result, shift, total = merged_rows(
+                first, used, rows, live_rows, inside, BLOCK_M, BLOCK_D, MAX_PARTS
+            )
+            result = tl.where(total[:, None] == 0, 0.0, result / total[:, None])
+            row = first_row + rows
+            query = row // group
+            head = kv_head * group + row % group
+            stored = rows < live_rows
+            o_rows = o_request + query[:, None] * so_t + head[:, None] * so_h + columns[None, :]
+            tl.store(o_rows, result.to(o_request.dtype.element_ty), mask=stored[:, None] & inside)
+            lse = tl.where(total == 0, float("inf"), (shift + tl.log2(total)) / 1.4426950408889634)
+            tl.store(lse_request + head * sl_h + query * sl_t, lse, mask=stored)
         tl.store(slot, 0)  # a graph's replay finds no count of its own
-
-
-@triton.jit
-def store_merged(
-    first, used, live_rows, inside, o_request, lse_request, first_row, group, kv_head,
-    so_t, so_h, sl_h, sl_t, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
-    PARTS: tl.constexpr,
-):  # fmt: skip
-    """Merge the `used` (at most PARTS) parts' partial results from `first` and store
-    the rows and their log-sum-exp, 8192 cells a round (`combine`)."""
-    ROWS: tl.constexpr = 8192 // (PARTS * BLOCK_D) if PARTS * BLOCK_D < 8192 else 1
-    columns = tl.arange(0, BLOCK_D)
-    for chunk in tl.range(0, live_rows, ROWS, num_stages=1):
-        rows = chunk + tl.arange(0, ROWS)
-        result, shift, total = merged_rows(
-            first, used, rows, live_rows, inside, BLOCK_M, BLOCK_D, PARTS
-        )
-        result = tl.where(total[:, None] == 0, 0.0, result / total[:, None])
-        row = first_row + rows
-        query = row // group
-        head = kv_head * group + row % group
-        stored = rows < live_rows
-        o_rows = o_request + query[:, None] * so_t + head[:, None] * so_h + columns[None, :]
-        tl.store(o_rows, result.to(o_request.dtype.element_ty), mask=stored[:, None] & inside)
-        lse = tl.where(total == 0, float("inf"), (shift + tl.log2(total)) / 1.4426950408889634)
-        tl.store(lse_request + head * sl_h + query * sl_t, lse, mask=stored)
