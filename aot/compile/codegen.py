@@ -238,8 +238,11 @@ def specializations(op: OpDef, variant: Variant, args: Sequence[Arg]) -> list[Sp
             specs += [Spec(32, combo) for combo in combos]
     if "generic" in space.specs:
         specs.append(Spec(32))
-    if "wide" in space.specs and (space.coalesce == "none" or variant.widest):
-        specs.append(Spec(64))
+    if space.coalesce == "none" or variant.widest:
+        if "wide-aligned" in space.specs:
+            specs += [Spec(64, combo, aligned=True) for combo in combos]
+        if "wide" in space.specs:
+            specs.append(Spec(64))
     return specs
 
 

@@ -45,7 +45,12 @@ DTYPES: Mapping[str, Dtype] = {
 FLOATS = ("fp16", "bf16", "fp32")
 INTEGERS = ("i8", "i16", "i32", "i64", "u8")
 BOOL = ("bool",)
-SPECS = ("aligned", "unit", "generic", "wide")
+# The kinds of specialisation an op may build; every op builds the first four unless its
+# SPACE says otherwise. "wide-aligned": 64-bit kernels with the aligned kernels'
+# assumptions, one per bucket as those are, for ops whose calls pass 2^31 elements in
+# the normal course (a server's KV cache) rather than as an exception.
+SPECS = ("aligned", "unit", "generic", "wide", "wide-aligned")
+DEFAULT_SPECS = SPECS[:4]
 
 COALESCE_MODES = ("all", "leading", "none")
 
@@ -58,8 +63,8 @@ class VariantSpace:
     "all" (element-wise ops), "leading" (all but the last, row-wise reductions)
     or "none". `unit_dims` names, per tensor parameter, the dims that may be
     specialised to stride 1 (default: the last one); `unspecialized` tensors are
-    never specialised (masks, tables read once). `specs` picks which of the four
-    kinds of specialisation to build (see `Spec`). `switch_dtypes` limits a switch
+    never specialised (masks, tables read once). `specs` picks which kinds of
+    specialisation to build (SPECS; see `Spec`). `switch_dtypes` limits a switch
     to some dtypes: for the others only its first value is built. `in_place` says
     whether an output may be the very tensor an input is (element-wise ops).
     `workspace` names a tensor the launcher allocates (and partly zeroes) for
@@ -80,7 +85,7 @@ class VariantSpace:
     outputs: tuple[str, ...] = ("output",)
     unit_dims: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
     unspecialized: tuple[str, ...] = ()
-    specs: tuple[str, ...] = SPECS
+    specs: tuple[str, ...] = DEFAULT_SPECS
     # The most dims the unit-stride and aligned specialisations are built at (None:
     # every ndim); calls with more take the generic kernel. An arrangement that
     # flattens more dims than Triton's alignment analysis follows gains nothing there.

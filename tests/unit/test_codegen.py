@@ -61,6 +61,32 @@ def test_specialised_ndims_need_the_generic_kernel():
         VariantSpace(dtypes=("fp16",), ndims=(4,), specs=("unit",), specialized_ndims=2)
 
 
+def test_wide_aligned_kernels_are_64_bit_with_the_aligned_assumptions(generate):
+    """paged_attention declares "wide-aligned": a server's cache passes 2^31 elements, so
+    its 64-bit kernels get the aligned kernels' assumptions (128-bit loads, pipelined),
+    tried after the 32-bit ones and built per bucket as they are."""
+    from ntops_aot.aot.compile.variant import selector
+    from ntops_aot.aot.plan.builds import Build
+
+    variant = Variant("paged_attention", "sm_90", "bf16", 3, (("head_dim", "128"),))
+    kernels = generate(variant)
+    names = [k.spec.name for k in kernels]
+    assert [name.split("-")[0] for name in names] == ["i32", "i64", "i64"]
+    aligned32, aligned64, wide = kernels
+    assert aligned64.spec.aligned
+    assert aligned64.spec.unit == aligned32.spec.unit
+    # sizes and strides in 64 bits (the scalars the op declares int32 stay so)
+    assert aligned64.signature.count("i32") < aligned32.signature.count("i32")
+    assert aligned64.signature.count("i64") > aligned32.signature.count("i64")
+    assert len(aligned64.divisible) == len(aligned32.divisible)
+    assert not wide.spec.aligned
+    assert len(wide.divisible) < len(aligned64.divisible)  # the workspace only
+    per_bucket = selector(Build(Config(), aligned=True))
+    assert [per_bucket(k.spec) for k in kernels] == [True, True, False]
+    # The other ops keep the four default kinds.
+    assert [k.spec.name for k in generate(Variant("add", "sm_90", "fp32", 1))][-1] == "i64"
+
+
 def test_64_bit_kernels_compute_offsets_in_64_bits(generate):
     generic, wide = generate(Variant("add", "sm_90", "fp32", 1))[2:]
     assert "program_id(0).to(triton.language.int64)" in wide.source
