@@ -43,25 +43,30 @@ def num_tensors(variant):
 
 def run(nt, variant, spec, dtype, bucket):
     """A paged call of the bucket's queries per request (decode: 3; prefill: 37 beside a
-    decoding request) over a shuffled paged cache, its new entries appended; the wide
-    kernel's: two queries 2^31 elements apart."""
+    decoding request) over a shuffled paged cache, its new entries appended. The 64-bit
+    kernels': the aligned ones' over a cache past 2^31 elements (a server's), its pages
+    at the end; the generic one's two queries 2^31 elements apart."""
     head_dim = int(variant["switches"]["head_dim"])
     heads_q, heads_kv, page = 8, 2, 16
     q_len = size_in(bucket[0], 3 if bucket[0][1] <= 8 else 37)
-    q_lens = [q_len, 1]
-    if spec.width == 64:
-        q_lens = [1, 1]
+    q_lens = [1, 1] if spec.width == 64 and not spec.aligned else [q_len, 1]
     total = sum(q_lens)
     query = strided(
         (total, heads_q, head_dim), dtype, unit=2, aligned=spec.aligned,
-        wide=spec.width == 64,
+        wide=spec.width == 64 and not spec.aligned,
     )  # fmt: skip
-    cache = [values((12, page, heads_kv, head_dim), dtype) for _ in "kv"]
-    table = torch.randperm(12, dtype=torch.int32, device="cuda").view(2, 6)
+    blocks = 12
+    if spec.width == 64 and spec.aligned:
+        blocks += 2**31 // (page * heads_kv * head_dim)
+    cache = []
+    for _ in "kv":
+        cache.append(torch.empty((blocks, page, heads_kv, head_dim), dtype=dtype, device="cuda"))
+        cache[-1][-12:] = values((12, page, heads_kv, head_dim), dtype)
+    table = (torch.randperm(12, dtype=torch.int32, device="cuda") + blocks - 12).view(2, 6)
     lengths = torch.tensor([70, 33], dtype=torch.int32, device="cuda")
     cu_q = torch.tensor([0, q_lens[0], total], dtype=torch.int32, device="cuda")
     expected = reference(
-        query, *(c.clone() for c in cache), cu_q, lengths, None, table,
+        query, *(c[-12:].clone() for c in cache), cu_q, lengths, None, table - (blocks - 12),
         max_seqlen_q=max(q_lens), causal=True,
     )[0]  # fmt: skip
     result, _ = nt.paged_attention(
