@@ -167,21 +167,25 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", help="write the figures here too")
     parser.add_argument("--quick", action="store_true", help="batches 1 and 64 only")
+    parser.add_argument(
+        "--pages", default="16,64", help="page sizes, comma-separated (default: 16,64)"
+    )
     args = parser.parse_args()
+    pages = [int(page) for page in args.pages.split(",")]
     import flashinfer
 
     workspace = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
     generator = torch.Generator().manual_seed(0)
     rows = {}
     batches = (1, 64) if args.quick else (1, 8, 64, 256)
-    for page in (16, 64):
+    for page in pages:
         for kind in ("uniform", "skewed"):
             for batch in batches:
                 name = f"decode page{page} {kind} b{batch}"
                 rows[name] = decode(flashinfer, workspace, batch, page, kind, generator)
                 print(name, rows[name], flush=True)
     k_lens = torch.randint(128, 4097, (8,), generator=generator).tolist()
-    for page in (16, 64):
+    for page in pages:
         name = f"prefill 8 ragged causal page{page}"
         rows[name] = prefill(flashinfer, workspace, k_lens, k_lens, page, generator)
         print(name, rows[name], flush=True)
