@@ -825,15 +825,22 @@ def write_png(path, layer):
     figure.savefig(path, dpi=120)
 
 
-def scenario_list(text):
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in SCENARIOS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(
-            f"unknown scenario {', '.join(unknown) or '(none given)'}; "
-            f"choose from {', '.join(SCENARIOS)}"
-        )
-    return [SCENARIOS[name] for name in names]
+def names(table):
+    """An argparse type: comma-separated keys of `table`, their values in order."""
+
+    def parse(text):
+        keys = [key.strip() for key in text.split(",") if key.strip()]
+        unknown = [key for key in keys if key not in table]
+        if unknown or not keys:
+            raise argparse.ArgumentTypeError(
+                f"unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(table)}"
+            )
+        return [table[key] for key in keys]
+
+    return parse
+
+
+scenario_list = names(SCENARIOS)
 
 
 def parse_args():

@@ -158,21 +158,6 @@ def print_summary(cells):
     print(f"geometric mean of cuBLAS / ours over {len(cells)} cells: {mean:.3f}")
 
 
-def names(table):
-    """An argparse type: comma-separated keys of `table`, their values in order."""
-
-    def parse(text):
-        keys = [key.strip() for key in text.split(",") if key.strip()]
-        unknown = [key for key in keys if key not in table]
-        if unknown or not keys:
-            raise argparse.ArgumentTypeError(
-                f"unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(table)}"
-            )
-        return [table[key] for key in keys]
-
-    return parse
-
-
 def parse_args():
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -183,11 +168,11 @@ def parse_args():
         help=f"fewer repeats, rows {','.join(map(str, QUICK_ROWS))} and bf16 (unless given)",
     )
     parser.add_argument(
-        "--models", type=names(MODELS), default=list(MODELS.values()), help="default: all"
+        "--models", type=layer.names(MODELS), default=list(MODELS.values()), help="default: all"
     )
     parser.add_argument("--rows", type=lambda text: [int(rows) for rows in text.split(",")])
-    parser.add_argument("--dtypes", type=names({name: name for name in DTYPES}))
-    parser.add_argument("--ops", type=names({op: op for op in OPS}), default=["mm"])
+    parser.add_argument("--dtypes", type=layer.names({name: name for name in DTYPES}))
+    parser.add_argument("--ops", type=layer.names({op: op for op in OPS}), default=["mm"])
     parser.add_argument("--json", help="also write every figure here")
     args = parser.parse_args()
     if args.rows is None:
