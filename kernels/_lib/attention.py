@@ -313,12 +313,13 @@ def merge(
     if arrive(counters + tile, launch) == parts:
         # A few rows at a time, of the parts holding keys: parts past the keys hold
         # nothing, and of the rows the live ones.
-        ROWS: tl.constexpr = 8192 // (MAX_PARTS * BLOCK_D) if MAX_PARTS * BLOCK_D < 8192 else 1
+        ROUND: tl.constexpr = 16 if MAX_PARTS > 16 else MAX_PARTS
+        ROWS: tl.constexpr = 8192 // (ROUND * BLOCK_D) if ROUND * BLOCK_D < 8192 else 1
         first = partials + tile * parts * size
         for chunk in tl.range(0, live_rows, ROWS, num_stages=1):
             rows = chunk + tl.arange(0, ROWS)
             result, _, total = merged_rows(
-                first, used, rows, live_rows, inside, BLOCK_M, BLOCK_D, MAX_PARTS
+                first, used, rows, live_rows, inside, BLOCK_M, BLOCK_D, ROUND
             )
             result = tl.where(total[:, None] == 0, 0.0, result / total[:, None])
             stored = (rows < live_rows)[:, None] & inside[None, :]

@@ -363,12 +363,13 @@ def combine(
     mine = partials + (tile.to(tl.int64) * parts + part) * size
     leave_rows(mine, accumulator, running_max, running_sum, live_rows, inside, BLOCK_M, BLOCK_D)
     if arrive(slot, launch) == used:
-        ROWS: tl.constexpr = 8192 // (MAX_PARTS * BLOCK_D) if MAX_PARTS * BLOCK_D < 8192 else 1
+        ROUND: tl.constexpr = 16 if MAX_PARTS > 16 else MAX_PARTS
+        ROWS: tl.constexpr = 8192 // (ROUND * BLOCK_D) if ROUND * BLOCK_D < 8192 else 1
         first = partials + tile.to(tl.int64) * parts * size
         for chunk in tl.range(0, live_rows, ROWS, num_stages=1):
             rows = chunk + tl.arange(0, ROWS)
             result, shift, total = merged_rows(
-                first, used, rows, live_rows, inside, BLOCK_M, BLOCK_D, MAX_PARTS
+                first, used, rows, live_rows, inside, BLOCK_M, BLOCK_D, ROUND
             )
             result = tl.where(total[:, None] == 0, 0.0, result / total[:, None])
             row = first_row + rows

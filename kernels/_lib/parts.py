@@ -73,30 +73,40 @@ def leave_rows(
 @triton.jit
 def merged_rows(
     first, used, rows, live_rows, inside,
-    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, MAX_PARTS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, ROUND: tl.constexpr,
 ):  # fmt: skip
     """Rows `rows` of the first `used` parts' partial results (`leave_rows`, one after
-    another from `first`), in one round of loads (the merge is a step's tail: a loop over
-    the parts, even pipelined, waited on L2 once per part), rescaled to their common
-    maximum: (the rows' weighted sum of accumulators, that maximum, the weighted sum of
-    sums). The sums over parts are reductions of one tile, so the result does not
-    depend on which part arrived when. Callers take 8192 cells a round: 64 registers a
-    thread in 4 warps."""
+    another from `first`), rescaled to their common maximum: (the rows' weighted sum of
+    accumulators, that maximum, the weighted sum of sums). The parts come ROUND at a
+    time in one round of loads each (the merge is a step's tail: a loop over the parts
+    one by one, even pipelined, waited on L2 once per part), so up to ROUND parts take
+    one round and a split past them one more per ROUND, in the registers of one. The
+    sums over a round's parts are reductions of one tile, and the rounds come in order,
+    so the result does not depend on which part arrived when. Callers take 8192 cells
+    a round (ROUND parts of their rows): 64 registers a thread in 4 warps."""
     size = BLOCK_M * (2 + BLOCK_D)
-    others = tl.arange(0, MAX_PARTS)
     columns = tl.arange(0, BLOCK_D)
-    read = (others < used)[:, None] & (rows < live_rows)[None, :]
-    slots = first + others[:, None] * size + rows[None, :]
-    maxima = tl.load(slots, mask=read, other=float("-inf"), cache_modifier=".cg")
-    sums = tl.load(slots + BLOCK_M, mask=read, other=0.0, cache_modifier=".cg")
-    rows_at = first + others[:, None] * size + 2 * BLOCK_M + rows[None, :] * BLOCK_D
-    partial = tl.load(
-        rows_at[:, :, None] + columns[None, None, :],
-        mask=read[:, :, None] & inside[None, None, :],
-        other=0.0,
-        cache_modifier=".cg",
-    )
-    highest = tl.max(maxima, 0)
-    shift = tl.where(highest == float("-inf"), 0.0, highest)
-    weights = tl.exp2(maxima - shift[None, :])
-    return tl.sum(weights[:, :, None] * partial, 0), shift, tl.sum(weights * sums, 0)
+    result = tl.zeros((rows.shape[0], BLOCK_D), dtype=tl.float32)
+    highest = tl.full(rows.shape, float("-inf"), dtype=tl.float32)
+    total = tl.zeros(rows.shape, dtype=tl.float32)
+    for base in tl.range(0, used, ROUND, num_stages=1):
+        others = base + tl.arange(0, ROUND)
+        read = (others < used)[:, None] & (rows < live_rows)[None, :]
+        slots = first + others[:, None] * size + rows[None, :]
+        maxima = tl.load(slots, mask=read, other=float("-inf"), cache_modifier=".cg")
+        sums = tl.load(slots + BLOCK_M, mask=read, other=0.0, cache_modifier=".cg")
+        rows_at = first + others[:, None] * size + 2 * BLOCK_M + rows[None, :] * BLOCK_D
+        partial = tl.load(
+            rows_at[:, :, None] + columns[None, None, :],
+            mask=read[:, :, None] & inside[None, None, :],
+            other=0.0,
+            cache_modifier=".cg",
+        )
+        new_highest = tl.maximum(highest, tl.max(maxima, 0))
+        shift = tl.where(new_highest == float("-inf"), 0.0, new_highest)
+        weights = tl.exp2(maxima - shift[None, :])
+        decay = tl.exp2(highest - shift)
+        result = result * decay[:, None] + tl.sum(weights[:, :, None] * partial, 0)
+        total = total * decay + tl.sum(weights * sums, 0)
+        highest = new_highest
+    return result, tl.where(highest == float("-inf"), 0.0, highest), total

@@ -611,13 +611,14 @@ def check_split_attention():
         batch, heads_kv, seq_q, seq_kv, appended, rows_total, head_dim,
         sq_b, sq_h, sq_s, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s, sp_b, sp_h, sp_s,
         so_b, so_h, so_r, sb_b, sb_h, sb_s, sb_k,
-        BLOCK_D: tl.constexpr, MASK: tl.constexpr,
+        BLOCK_D: tl.constexpr, MASK: tl.constexpr, MAX_PARTS: tl.constexpr,
     ):  # fmt: skip
         attend(
             q, k, v, o, pk, pv, bias, workspace, launch, scale, offset,
             batch, heads_kv, seq_q, seq_kv, appended, rows_total, head_dim,
             sq_b, sq_h, sq_s, 1, sk_b, sk_h, sk_s, 1, sv_b, sv_h, sv_s, 1, sp_b, sp_h, sp_s, 1,
-            so_b, so_h, so_r, 1, sb_b, sb_h, sb_s, sb_k, 16, 16, BLOCK_D, MASK, 8, "ieee", False,
+            so_b, so_h, so_r, 1, sb_b, sb_h, sb_s, sb_k, 16, 16, BLOCK_D, MASK, MAX_PARTS,
+            "ieee", False,
         )  # fmt: skip
 
     kinds = {"none": 1, "causal": 1, "bool": 2, "float": 3}  # none: causal past the keys
@@ -629,6 +630,7 @@ def check_split_attention():
         ("bool", 6, 45, 96, 3, 2),  # 12 rows: merged 8 and then 4 at a time
         ("float", 1, 1, 64, 3, 1),
         ("none", 16, 50, 64, 2, 40),  # more new entries than a block: shared by programs
+        ("causal", 2, 300, 64, 19, 0),  # 19 parts: merged in two rounds, of 16 and of 3
     ]:
         batch, heads_q, heads_kv = 2, 4, 2
         q, k, v, extra, expected = _attention_case(
@@ -654,6 +656,7 @@ def check_split_attention():
                 1 / math.sqrt(head_dim), offset, batch, heads_kv, seq_q, seq_kv, appended,
                 rows_total, head_dim, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
                 *new_k.stride()[:3], *rows.stride()[:3], *bias_strides, block_d, kinds[mask],
+                8 if parts <= 8 else 32,
             )  # fmt: skip
             case = f"{mask} {seq_q}x{seq_kv} +{appended} {parts} parts"
             torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4, msg=case)
