@@ -101,8 +101,8 @@ def _tiles(m, n, d, warps, stages, parts=1):
 
 def config(variant, bucket):
     """Decode: 16 rows (a GQA group's heads of one query or a few) and 128 keys a block
-    in 2 stages, the keys in up to 16 parts (aot/runtime/_flash_attn.py's _MOST_PARTS
-    says why). Prefill: 64 rows, 64 keys, 3 stages.
+    in 2 stages, the keys in up to 32 parts (aot/runtime/_flash_attn.py's _parts
+    chooses how many; past 16, long keys only). Prefill: 64 rows, 64 keys, 3 stages.
     head_dim 256 takes half the keys: two stages of 128 keys of 256 dims, keys and
     values, are 256 KiB.
 
@@ -115,7 +115,12 @@ def config(variant, bucket):
     the accumulator, scores and probabilities of 64 rows). Prefill: 128 rows in 8 warps
     0.97-1.03x on 8 ragged prefills but 0.60x on a prefill chunk beside 63 decodes
     (rows of one query fill a 128-row block to a thirty-second), 4 stages within 1%,
-    64 x 128 0.79x, 64 rows in 8 warps 0.54x."""
+    64 x 128 0.79x, 64 rows in 8 warps 0.54x. Second round (same machine and cases): 64
+    x 32 in 4 stages 0.74-0.76x (229 registers against 255, but twice the iterations);
+    with the page numbers loaded a block ahead (_lib/paged.py's attend_block), which
+    gives three stages three buffers where the table's copy took one: prefill in 2
+    stages 0.86-0.89x, decode in 3 stages 0.64-1.00x (two buffers of 128 keys leave room
+    for one program per multiprocessor), 64 keys in 3 stages 0.86-0.98x."""
     head_dim = int(dict(variant.switches)["head_dim"])
     wide = head_dim > 128
     small_shared = variant.arch in ("sm_86", "sm_89", "sm_120")
@@ -123,7 +128,7 @@ def config(variant, bucket):
         block_n = 64 if wide or small_shared else 128
         if wide and small_shared:
             block_n = 32
-        return _tiles(UNIT_ROWS, block_n, head_dim, 4, 2, parts=16)
+        return _tiles(UNIT_ROWS, block_n, head_dim, 4, 2, parts=32)
     if wide:
         return _tiles(64, 32, head_dim, 8, 2)
     return _tiles(64, 64, head_dim, 4, 2 if small_shared else 3)

@@ -35,17 +35,24 @@ _GROUPS = {int(head_dim): group for (head_dim,), group in check.groups(_OP, "hea
 # calls of up to 8 queries per request split their keys; the grid counts 16-row units.
 DECODE_QUERIES = 8
 _UNIT_ROWS = 16
-# Decode's split (`_parts`): kernels/paged_attention.py's most parts; the keys a part of
-# the longest request aims at; the fewest keys of a part where every multiprocessor has
-# one tile; the programs whose partial results (8 KiB each at head_dim 128) a workspace
-# holds at most. 16 parts against 64 (H100, against FlashInfer in one run, GQA 32/8):
-# batch-1 decodes 1.08-1.09x against 0.92-0.98x (the merge takes a GQA group's rows
-# from 16 parts in one round of loads, from 64 in four), one 32k request among 7 short
-# ones 0.96x against 0.85x, one 32k request alone 0.96x against 0.94-0.95x; 32 parts
-# 1.01-1.03x there, but 0.92-1.04x at batch 1 and 0.84-0.96x with the 32k among 7.
-_MOST_PARTS = 16
+# Decode's split (`_parts`): kernels/paged_attention.py's most parts, and how many its
+# merge takes in one round of loads; the keys a part of the longest request aims at; the
+# fewest keys of a part where every multiprocessor has one tile; how many programs per
+# multiprocessor a grid split past one round may hold; how many times over a batch-1
+# step fills the multiprocessors; the programs whose partial results (8 KiB each at
+# head_dim 128) a workspace holds at most. H100, against FlashInfer in one run (GQA
+# 32/8): 16 parts against 64, each merged in one round, batch-1 decodes 1.08-1.09x
+# against 0.92-0.98x; one 32k request alone in 32 parts of 1k keys against 16 of 2k,
+# 0.99-1.00x against 0.94-0.96x, among 7 short ones 1.00-1.01x against 0.95x (there 32
+# parts, a grid of 20 programs per multiprocessor, took 68.5 us, 26 parts 59.6); 8 or
+# 16 times over instead of 4, batch 8 2-8% slower with pages of 16, 2-4% faster with
+# pages of 64.
+_MOST_PARTS = 32
+_ROUND_PARTS = 16
 _PART_KEYS = 1024
 _CHUNK_KEYS = 256
+_GRID_PER_SM = 16
+_FILL = 4
 _WORKSPACE_PROGRAMS = 8192
 EXPORTS = ("flash_attn_varlen_func", "flash_attn_with_kvcache")
 
@@ -59,18 +66,24 @@ def _parts(heads_kv, units, capacity, device, num_splits):
     """How many parts a decode call's keys split into, and the fewest keys of a part,
     from shapes alone: enough parts that a batch-1 step fills the multiprocessors
     several times over and that the longest request the table can hold (`capacity`
-    keys) splits into parts of _PART_KEYS; no more than the workspace's programs
-    allow (the counters and partial results of _WORKSPACE_PROGRAMS programs); at least
-    2, so that one long request among many short ones still splits. The more tiles,
-    the more keys a part takes at least: short requests then take one part."""
+    keys) splits into parts of _PART_KEYS; past the merge's one round of parts only
+    for tables of more keys than a round's parts of _PART_KEYS hold, and while the
+    grid holds at most _GRID_PER_SM programs per multiprocessor; no more than the
+    workspace's programs allow (the counters and partial results of
+    _WORKSPACE_PROGRAMS programs); at least 2, so that one long request among many
+    short ones still splits. The more tiles, the more keys a part takes at least:
+    short requests then take one part."""
     if num_splits == 1:
         return 1, 1 << 30
     slots = _multiprocessors(
         device.index if device.index is not None else torch.cuda.current_device()
     )
     tiles = heads_kv * units
-    parts = max(-(-4 * slots // tiles), -(-capacity // _PART_KEYS))
-    parts = max(2, min(parts, _MOST_PARTS, _WORKSPACE_PROGRAMS // tiles))
+    parts = max(-(-_FILL * slots // tiles), -(-capacity // _PART_KEYS))
+    most = _ROUND_PARTS
+    if capacity > _ROUND_PARTS * _PART_KEYS:
+        most = max(most, min(_MOST_PARTS, _GRID_PER_SM * slots // tiles))
+    parts = max(2, min(parts, most, _WORKSPACE_PROGRAMS // tiles))
     if num_splits > 1:
         parts = min(num_splits, _MOST_PARTS)
     return parts, _CHUNK_KEYS * max(1, tiles // slots)

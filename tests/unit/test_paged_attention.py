@@ -26,10 +26,12 @@ def test_the_runtime_and_the_kernel_file_agree(installed):
     [
         (8, 1, 8192, 0, (16, 256)),  # batch 1: the most parts, of 256 keys or more
         (8, 320, 8192, 0, (3, 256 * 19)),  # batch 256: the workspace caps it; long parts
-        (8, 10, 32768, 0, (16, 256)),  # batch 8 whose table holds 32k keys: 2k-key parts
+        (8, 1, 32768, 0, (32, 256)),  # batch 1 over 32k keys: past one round, 1k-key parts
+        (8, 10, 32768, 0, (26, 256)),  # batch 8 whose table holds 32k keys: as the grid allows
         (8, 80, 32768, 0, (12, 1024)),  # batch 64 of those: the workspace caps it
         (8, 10, 32768, 1, (1, 1 << 30)),  # num_splits=1: no split
         (8, 10, 32768, 5, (5, 256)),  # num_splits=n: n parts
+        (8, 10, 32768, 40, (32, 256)),  # no more than the kernel's
         (8, 2000, 128, 0, (2, 256 * 121)),  # more tiles than anything: still 2 parts
     ],
 )
