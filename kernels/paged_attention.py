@@ -30,6 +30,7 @@ from ._lib.paged import (  # noqa: F401
     fold_keys,
     key_length,
     key_rows,
+    page_numbers,
     query_start,
     request_of,
 )
