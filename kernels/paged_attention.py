@@ -25,11 +25,13 @@ from ntops_aot.aot.declare.space import Bucket, Config, Tuning, VariantSpace
 from ._lib.paged import (  # noqa: F401
     attend_block,
     attend_paged,
+    block_row,
     combine,
     finish,
     fold_keys,
     key_length,
     key_rows,
+    keys_by_descriptor,
     page_numbers,
     query_start,
     request_of,
@@ -39,6 +41,12 @@ from ._lib.parts import arrive, claim, leave_rows, merged_rows, partial_results 
 # Queries per request up to which a call takes the decode configuration
 # (aot/runtime/_flash_attn.py's DECODE_QUERIES; a test keeps them equal).
 DECODE_QUERIES = 8
+# The grid's `queries` dim past DECODE_QUERIES: 9 for prefill (and mixed) calls, 10 for
+# those whose keys tensor descriptors can load (aot/runtime/_flash_attn.py's
+# _by_descriptor: unpaged keys, or pages of a multiple of 64 keys one after another in
+# the cache), which take a kernel with the descriptors' loop (the prefill-tma bucket).
+# Both loops in one kernel spilled: pages of 16 and 32 ran 3-7% slower.
+BY_DESCRIPTOR = DECODE_QUERIES + 2
 # The grid's unit: 16 rows. Request b's blocks start at cu_q[b] * group // 16 + b.
 UNIT_ROWS = 16
 
@@ -58,7 +66,8 @@ SPACE = VariantSpace(
     workspace="workspace",
     launch_id="launch",
     # plan: (heads_kv, units of 16 rows, parts, the longest request's queries up to
-    # DECODE_QUERIES + 1), an expanded view whose shape is the grid and the bucket;
+    # DECODE_QUERIES, or BY_DESCRIPTOR's 9 or 10), an expanded view whose shape is the
+    # grid and the bucket;
     # queries packed (tokens, heads, head_dim); caches (blocks or batch, page or
     # sequence, heads_kv, head_dim).
     dims={
@@ -95,8 +104,10 @@ API = Api(
 )
 
 
-def _tiles(m, n, d, warps, stages, parts=1):
+def _tiles(m, n, d, warps, stages, parts=1, tma=False):
     premake = {"block_size_m": m, "block_size_n": n, "block_size_d": d, "parts": parts}
+    if tma:
+        premake["tma"] = True
     return Config(premake, num_warps=warps, num_stages=stages)
 
 
@@ -132,7 +143,8 @@ def config(variant, bucket):
         return _tiles(UNIT_ROWS, block_n, head_dim, 4, 2, parts=32)
     if wide:
         return _tiles(64, 32, head_dim, 8, 2)
-    return _tiles(64, 64, head_dim, 4, 2 if small_shared else 3)
+    tma = bucket == "prefill-tma" and variant.arch == "sm_90"
+    return _tiles(64, 64, head_dim, 4, 2 if small_shared else 3, tma=tma)
 
 
 # Buckets only: the launcher tells decode from prefill by the grid's `queries` dim. No
@@ -142,7 +154,11 @@ TUNING = Tuning(
     function="paged_attention",
     reference="",
     key=("plan", -1),
-    buckets=(Bucket("decode", DECODE_QUERIES), Bucket("prefill")),
+    buckets=(
+        Bucket("decode", DECODE_QUERIES),
+        Bucket("prefill", DECODE_QUERIES + 1),
+        Bucket("prefill-tma"),
+    ),
 )
 
 
@@ -159,7 +175,7 @@ def workspace(config):
 def arrangement(plan, *rest, block_size_m):
     """The grid: (heads_kv, units of 16 rows by block_size_m's, parts); the tensors are
     read through their pointers (`attend_paged`)."""
-    grid = plan.tile((1, block_size_m // UNIT_ROWS, 1, DECODE_QUERIES + 1))
+    grid = plan.tile((1, block_size_m // UNIT_ROWS, 1, BY_DESCRIPTOR))
     return (grid, *(t.tile((1,) * t.ndim) if t.ndim else t for t in rest))
 
 
@@ -167,6 +183,7 @@ def application(
     plan, output, query, key, value, key_new, value_new, cu_seqlens_q, k_starts, k_lens,
     block_table, lse, scale, softcap, left, right, q_len, k_len, packed_k, cumulative,
     page_size, appended, min_chunk, batch, workspace, launch, block_m, block_n, block_d, parts,
+    tma,
 ):  # fmt: skip
     attend_paged(
         query.source.data_ptr(), output.source.data_ptr(), key.source.data_ptr(),
@@ -184,13 +201,13 @@ def application(
         key_new.source.stride(1), key_new.source.stride(2), value_new.source.stride(0),
         value_new.source.stride(1), value_new.source.stride(2), block_table.source.stride(0),
         lse.source.stride(0), lse.source.stride(1), lse.source.stride(2),
-        block_m, block_n, block_d, parts,
+        block_m, block_n, block_d, parts, tma,
     )  # fmt: skip
 
 
 def premake(
     ndim, dtype, head_dim="128", block_size_m=16, block_size_n=64, block_size_d=128, parts=1,
-    spec=None,
+    tma=False, spec=None,
 ):  # fmt: skip
     plan = Tensor(4, dtype=dtype)
     output, query = Tensor(3, dtype=dtype), Tensor(3, dtype=dtype)
@@ -201,9 +218,13 @@ def premake(
     scalars = (Tensor(0, dtype=ninetoothed.float32), Tensor(0, dtype=ninetoothed.float32))
     scalars += tuple(Tensor(0, dtype=int32) for _ in range(10))
     workspace, launch = Tensor(1, dtype=int32), Tensor(0, dtype=ninetoothed.int64)
+    # TMA where the specialisation guarantees what descriptors need (16-byte aligned
+    # pointers and strides, unit-stride head_dim, 32-bit offsets).
+    aligned = spec is not None and spec.aligned and spec.width == 32
+    tma = bool(tma) and aligned and dtype in ("fp16", "bf16") and spec.unit[3:5] == (3, 3)
     fixed = tuple(
         Tensor(0, constexpr=True, value=value)
-        for value in (block_size_m, block_size_n, block_size_d, parts)
+        for value in (block_size_m, block_size_n, block_size_d, parts, tma)
     )
     tensors = (
         plan, output, query, *caches, *tables, block_table, lse, *scalars, workspace, launch,

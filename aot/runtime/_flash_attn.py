@@ -34,6 +34,7 @@ _GROUPS = {int(head_dim): group for (head_dim,), group in check.groups(_OP, "hea
 # kernels/paged_attention.py's DECODE_QUERIES and UNIT_ROWS (tests/unit keeps them equal):
 # calls of up to 8 queries per request split their keys; the grid counts 16-row units.
 DECODE_QUERIES = 8
+BY_DESCRIPTOR = 10
 _UNIT_ROWS = 16
 # Decode's split (`_parts`): kernels/paged_attention.py's most parts, and how many its
 # merge takes in one round of loads; the keys a part of the longest request aims at; the
@@ -87,6 +88,16 @@ def _parts(heads_kv, units, capacity, device, num_splits):
     if num_splits > 1:
         parts = min(num_splits, _MOST_PARTS)
     return parts, _CHUNK_KEYS * max(1, tiles // slots)
+
+
+def _by_descriptor(page_size, key, value):
+    """Whether a prefill call's keys suit the kernel that loads them through tensor
+    descriptors (kernels/paged_attention.py's BY_DESCRIPTOR): unpaged, or in pages of a
+    multiple of 64 keys that follow each other in the cache (each block of 64 keys one
+    row range of it). The kernel checks again what it needs per block of rows."""
+    if page_size == 0:
+        return True
+    return page_size % 64 == 0 and all(t.stride(0) == page_size * t.stride(1) for t in (key, value))
 
 
 @fake(_OP)
@@ -177,8 +188,11 @@ def _attend(
     parts, min_chunk = 1, 1 << 30
     if max_q <= DECODE_QUERIES:
         parts, min_chunk = _parts(heads_kv, units, call.keys, query.device, num_splits)
-    # The grid's shape, and the bucket: queries past DECODE_QUERIES are all prefill's.
+    # The grid's shape, and the bucket: queries past DECODE_QUERIES are all prefill's,
+    # through tensor descriptors where the keys allow (BY_DESCRIPTOR).
     queries = min(max(max_q, 1), DECODE_QUERIES + 1)
+    if queries > DECODE_QUERIES and _by_descriptor(call.page_size, key, value):
+        queries = BY_DESCRIPTOR
     plan = query.as_strided((heads_kv, units, parts, queries), (0, 0, 0, 0))
     if call.k_lens is None and call.cu_q is None and table is None:
         # a dense cache attended whole: the kernel wants an int32 tensor in each place

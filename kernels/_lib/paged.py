@@ -134,7 +134,7 @@ def attend_paged(
     sq_t, sq_h, so_t, so_h, sk_a, sk_t, sk_h, sv_a, sv_t, sv_h,
     skn_b, skn_t, skn_h, svn_b, svn_t, svn_h, st_b, sl_b, sl_h, sl_t,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    MAX_PARTS: tl.constexpr,
+    MAX_PARTS: tl.constexpr, TMA: tl.constexpr,
 ):  # fmt: skip
     """Program: (block of rows, key/value head, part); the blocks of rows of the grid's
     first dim are looped over (prefill tiles cover several of the grid's 16-row units).
@@ -175,7 +175,7 @@ def attend_paged(
                 sk_h, sv_a, sv_t, sv_h, skn_b, skn_t, skn_h, svn_b, svn_t, svn_h, st_b,
                 sl_b, sl_h, sl_t, q_len, factor, b, q_first, q_count, group, kv_head, rows,
                 live, local, block, part, parts, columns_d, inside_d, paged,
-                BLOCK_M, BLOCK_N, BLOCK_D, MAX_PARTS,
+                BLOCK_M, BLOCK_N, BLOCK_D, MAX_PARTS, TMA,
             )  # fmt: skip
 
 
@@ -188,9 +188,13 @@ def attend_block(
     sl_b, sl_h, sl_t, q_len, factor, b, q_first, q_count, group, kv_head, rows,
     live, local, block, part, parts, columns_d, inside_d, paged,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    MAX_PARTS: tl.constexpr,
+    MAX_PARTS: tl.constexpr, TMA: tl.constexpr,
 ):  # fmt: skip
-    """One block of rows of request b (see attend_paged)."""
+    """One block of rows of request b (see attend_paged). TMA: the whole blocks of
+    keys load through tensor descriptors (`keys_by_descriptor`), for calls whose keys
+    are not paged or lie in pages of a multiple of BLOCK_N keys that follow each other
+    in the cache (the launcher's bucket; prefill is unsplit: a part's keys start at
+    the first any row sees)."""
     query = tl.where(live, rows, 0) // group
     head = kv_head * group + tl.where(live, rows, 0) % group
     start = tl.load(k_starts + b, mask=(b * 0 + packed_k) != 0, other=0)
@@ -256,7 +260,10 @@ def attend_block(
         # The cached keys of the part: whole blocks every row sees without masks, the
         # others (before and after them) masked.
         cached_end = tl.maximum(tl.minimum(e, cached), s)
-        u0 = s + tl.cdiv(tl.maximum(full_low - s, 0), BLOCK_N) * BLOCK_N
+        if TMA:  # whole blocks at multiples of BLOCK_N: each within one page
+            u0 = tl.cdiv(tl.maximum(full_low, s), BLOCK_N) * BLOCK_N
+        else:
+            u0 = s + tl.cdiv(tl.maximum(full_low - s, 0), BLOCK_N) * BLOCK_N
         u0 = tl.minimum(u0, cached_end)
         u1 = u0 + tl.maximum(tl.minimum(cached_end, full_high) - u0, 0) // BLOCK_N * BLOCK_N
         # Counted from 0 in steps of 1: Triton 3.9 left the loop over range(u0, u1,
@@ -268,37 +275,47 @@ def attend_block(
         # the pipeline as an async copy committed after the next block's keys and values,
         # and waiting for it waited for them too (two buffers of three stages, the loads
         # of one block in flight: 8 ragged prefills 5-7% slower, the mixed batch 12%).
-        upcoming = page_numbers(table_row, u0, page, pages, blocks, BLOCK_N)
-        for index in tl.range(0, (u1 - u0) // BLOCK_N):
-            first = u0 + index * BLOCK_N
-            number = upcoming
-            upcoming = page_numbers(table_row, first + BLOCK_N, page, pages, blocks, BLOCK_N)
-            row = start + (first + tl.arange(0, BLOCK_N)) % page
-            at = (number * sk_page + row * sk_t)[:, None] + columns_d[None, :]
-            kt = tl.load(k_base + at, mask=inside_d[None, :], other=0.0)
-            at = (number * sv_page + row * sv_t)[:, None] + columns_d[None, :]
-            vt = tl.load(v_base + at, mask=inside_d[None, :], other=0.0)
-            accumulator, running_max, running_sum = fold_keys(
-                accumulator, running_max, running_sum, q_tile, kt, vt,
-                first + tl.arange(0, BLOCK_N), cached_end, query, diagonal, left, right,
-                factor, softcap, False,
+        whole = (u1 - u0) // BLOCK_N
+        if TMA:
+            accumulator, running_max, running_sum = keys_by_descriptor(
+                accumulator, running_max, running_sum, q_tile, k_base, v_base, table_row,
+                start, page, pages, blocks, rows_kv, sk_t, sv_t, head_dim, u0, whole,
+                cached_end, query, diagonal, left, right, factor, softcap, BLOCK_N, BLOCK_D,
             )  # fmt: skip
+        else:
+            upcoming = page_numbers(table_row, u0, page, pages, blocks, BLOCK_N)
+            for index in tl.range(0, whole):
+                first = u0 + index * BLOCK_N
+                number = upcoming
+                upcoming = page_numbers(table_row, first + BLOCK_N, page, pages, blocks, BLOCK_N)
+                row = start + (first + tl.arange(0, BLOCK_N)) % page
+                at = (number * sk_page + row * sk_t)[:, None] + columns_d[None, :]
+                kt = tl.load(k_base + at, mask=inside_d[None, :], other=0.0)
+                at = (number * sv_page + row * sv_t)[:, None] + columns_d[None, :]
+                vt = tl.load(v_base + at, mask=inside_d[None, :], other=0.0)
+                accumulator, running_max, running_sum = fold_keys(
+                    accumulator, running_max, running_sum, q_tile, kt, vt,
+                    first + tl.arange(0, BLOCK_N), cached_end, query, diagonal, left, right,
+                    factor, softcap, False,
+                )  # fmt: skip
         before = tl.cdiv(u0 - s, BLOCK_N)
         after = tl.cdiv(cached_end - u1, BLOCK_N)
         # A block or two at the diagonal or a window's edge: unpipelined, its buffers
         # and registers would cost the loop above (decode 2-7% faster without).
+        # The blocks before u0 end there (the last may reach past it).
         for index in tl.range(0, before + after, num_stages=1):
             first = tl.where(index < before, s + index * BLOCK_N, u1 + (index - before) * BLOCK_N)
+            bound = tl.where(index < before, u0, cached_end)
             columns = first + tl.arange(0, BLOCK_N)
-            loaded = (columns < cached_end)[:, None] & inside_d[None, :]
+            loaded = (columns < bound)[:, None] & inside_d[None, :]
             number, row = key_rows(table_row, first, start, page, pages, blocks, BLOCK_N)
             at = (number * sk_page + row * sk_t)[:, None] + columns_d[None, :]
             kt = tl.load(k_base + at, mask=loaded, other=0.0)
             at = (number * sv_page + row * sv_t)[:, None] + columns_d[None, :]
             vt = tl.load(v_base + at, mask=loaded, other=0.0)
             accumulator, running_max, running_sum = fold_keys(
-                accumulator, running_max, running_sum, q_tile, kt, vt, columns, cached_end,
-                query, diagonal, left, right, factor, softcap, True,
+                accumulator, running_max, running_sum, q_tile, kt, vt, columns, bound, query,
+                diagonal, left, right, factor, softcap, True,
             )  # fmt: skip
         # The new entries, read where they arrive (the first block writes them into the
         # cache): a decode step's few, 16 at a time.
@@ -335,6 +352,46 @@ def attend_block(
                 finish(accumulator, running_max, running_sum, o_rows, lse_rows, live, inside_d)
         else:
             finish(accumulator, running_max, running_sum, o_rows, lse_rows, live, inside_d)
+
+
+@triton.jit
+def keys_by_descriptor(
+    accumulator, running_max, running_sum, q_tile, k_base, v_base, table_row, start, page,
+    pages, blocks, rows_kv, sk_t, sv_t, head_dim, u0, whole, bound, query, diagonal, left,
+    right, factor, softcap, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    """Fold `whole` blocks of keys from u0 on, each within one page (or unpaged), loaded
+    by TMA: the cache as rows of one key/value head (pages one after another), a block
+    one copy from its page's row, which comes a block ahead (attend_block's loop says
+    why). The descriptors fill head_dim's padding with zeros."""
+    paged = page < 1073741824
+    rows = tl.maximum(tl.where(paged, blocks * page, rows_kv), 1)
+    k_rows = tl.make_tensor_descriptor(k_base, [rows, head_dim], [sk_t, 1], [BLOCK_N, BLOCK_D])
+    v_rows = tl.make_tensor_descriptor(v_base, [rows, head_dim], [sv_t, 1], [BLOCK_N, BLOCK_D])
+    upcoming = block_row(table_row, u0, start, page, pages, blocks)
+    for index in tl.range(0, whole):
+        first = u0 + index * BLOCK_N
+        at = upcoming
+        upcoming = block_row(table_row, first + BLOCK_N, start, page, pages, blocks)
+        kt = k_rows.load([at, 0])
+        vt = v_rows.load([at, 0])
+        accumulator, running_max, running_sum = fold_keys(
+            accumulator, running_max, running_sum, q_tile, kt, vt,
+            first + tl.arange(0, BLOCK_N), bound, query, diagonal, left, right, factor,
+            softcap, False,
+        )  # fmt: skip
+    return accumulator, running_max, running_sum
+
+
+@triton.jit
+def block_row(table_row, first, start, page_size, pages, blocks):
+    """The row of key `first` in the cache seen as rows (keys_by_descriptor's): its
+    page's number times the page size plus its slot, or start + first unpaged."""
+    paged = page_size < 1073741824
+    page = tl.minimum(first // page_size, pages - 1)
+    number = tl.load(table_row + page, mask=paged, other=0)
+    number = tl.minimum(tl.maximum(number, 0), blocks - 1)
+    return tl.where(paged, number * page_size + first % page_size, start + first)
 
 
 @triton.jit

@@ -175,6 +175,40 @@ def test_kvcache_decode_appends(nt, paged, batch):
         torch.testing.assert_close(other, results[0], **within)
 
 
+@pytest.mark.parametrize("page", [None, 16, 64])
+@pytest.mark.parametrize("window", [(-1, -1), (100, 0)])
+def test_kvcache_prefill_chunk(nt, page, window):
+    """A chunk of prefill (40 new tokens per request) appended at each request's own
+    length and attended to causally, over a dense cache (batch entries apart) and over
+    pages of 16 (key rows gathered) and of 64 (blocks of keys through TMA on sm_90),
+    a sliding window's blocks at any offset."""
+    dtype, head_dim, heads_q, heads_kv, chunk = torch.bfloat16, 128, 32, 8, 40
+    lengths, capacity = [100, 333, 0, 701], 768
+    batch = len(lengths)
+    q = torch.randn(batch, chunk, heads_q, head_dim, dtype=dtype, device="cuda")
+    k_new, v_new = (
+        torch.randn(batch, chunk, heads_kv, head_dim, dtype=dtype, device="cuda") for _ in range(2)
+    )
+    ks = [torch.randn(capacity, heads_kv, head_dim, dtype=dtype, device="cuda") for _ in lengths]
+    vs = [torch.randn(capacity, heads_kv, head_dim, dtype=dtype, device="cuda") for _ in lengths]
+    if page:
+        k_cache, table = pages_of(ks, page, generator=torch.Generator().manual_seed(4))
+        v_cache, _ = pages_of(vs, page, generator=torch.Generator().manual_seed(4))
+    else:
+        k_cache, v_cache, table = torch.stack(ks), torch.stack(vs), None
+    seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
+    out = nt.flash_attn_with_kvcache(
+        q, k_cache, v_cache, k_new, v_new, cache_seqlens=seqlens, block_table=table,
+        causal=True, window_size=window,
+    )  # fmt: skip
+    within = of("paged_attention", dtype)
+    for b, n in enumerate(lengths):
+        keys = torch.cat([ks[b][:n], k_new[b]])
+        values = torch.cat([vs[b][:n], v_new[b]])
+        expected, _ = reference(q[b], keys, values, causal=True, window=window)
+        torch.testing.assert_close(out[b].float(), expected, **within, msg=f"request {b}")
+
+
 def test_kvcache_past_2_31_elements(nt):
     """A server's cache of 2^31 elements or more (here its pages past 2^31 elements from
     its start) takes the 64-bit kernel, which is built unsplit: a decode's split must

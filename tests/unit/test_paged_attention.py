@@ -15,6 +15,7 @@ from tests.ops.paged_attention import reference
 def test_the_runtime_and_the_kernel_file_agree(installed):
     runtime = installed._flash_attn
     assert runtime.DECODE_QUERIES == declared.DECODE_QUERIES
+    assert runtime.BY_DESCRIPTOR == declared.BY_DESCRIPTOR
     assert runtime._UNIT_ROWS == declared.UNIT_ROWS
     variant = type("V", (), {"switches": (("head_dim", "128"),), "arch": "sm_90"})()
     assert declared.config(variant, "decode").premake["parts"] == runtime._MOST_PARTS
@@ -41,6 +42,20 @@ def test_decode_splits_follow_from_shapes(installed, monkeypatch, heads_kv, unit
     monkeypatch.setattr(runtime, "_multiprocessors", lambda index: 132)
     device = torch.device("cuda", 0)
     assert runtime._parts(heads_kv, units, capacity, device, splits) == expected
+
+
+def test_prefill_by_descriptor_takes_unpaged_keys_and_pages_of_64_in_a_row(installed):
+    """The TMA kernel's bucket: keys not paged, or in pages of a multiple of 64 keys
+    that follow each other in the cache; pages of 16 and 32, or strided ones, not."""
+    by_descriptor = installed._flash_attn._by_descriptor
+    packed = torch.empty(300, 8, 128)
+    assert by_descriptor(0, packed, packed)
+    for page, expected in ((16, False), (32, False), (64, True), (128, True), (192, True)):
+        cache = torch.empty(10, page, 8, 128)
+        assert by_descriptor(page, cache, cache) == expected, page
+    strided = torch.empty(10, 2, 64, 8, 128)[:, 0]  # pages not one after another
+    assert not by_descriptor(64, strided, strided)
+    assert not by_descriptor(64, torch.empty(10, 64, 8, 128), strided)
 
 
 def test_the_schema_declares_the_cache_writes_and_both_results(installed):
