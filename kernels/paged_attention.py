@@ -41,12 +41,15 @@ from ._lib.parts import arrive, claim, leave_rows, merged_rows, partial_results 
 # Queries per request up to which a call takes the decode configuration
 # (aot/runtime/_flash_attn.py's DECODE_QUERIES; a test keeps them equal).
 DECODE_QUERIES = 8
-# The grid's `queries` dim past DECODE_QUERIES: 9 for prefill (and mixed) calls, 10 for
-# those whose keys tensor descriptors can load (aot/runtime/_flash_attn.py's
-# _by_descriptor: unpaged keys, or pages of a multiple of 64 keys one after another in
-# the cache), which take a kernel with the descriptors' loop (the prefill-tma bucket).
-# Both loops in one kernel spilled: pages of 16 and 32 ran 3-7% slower.
+# The grid's `queries` dim past DECODE_QUERIES picks a prefill kernel (aot/runtime/
+# _flash_attn.py's _prefill): 9 for 64-row blocks of gathered keys (mixed batches,
+# short requests), 10 for keys tensor descriptors can load (unpaged keys, or pages of a
+# multiple of 64 keys one after another in the cache: the prefill-tma bucket), 11 for
+# 128-row blocks of gathered keys where requests average LONG_QUERIES queries or more
+# (prefill-long). Both loops in one kernel spilled: pages of 16 and 32 ran 3-7% slower.
 BY_DESCRIPTOR = DECODE_QUERIES + 2
+LONG_ROWS = DECODE_QUERIES + 3
+LONG_QUERIES = 128
 # The grid's unit: 16 rows. Request b's blocks start at cu_q[b] * group // 16 + b.
 UNIT_ROWS = 16
 
@@ -66,7 +69,7 @@ SPACE = VariantSpace(
     workspace="workspace",
     launch_id="launch",
     # plan: (heads_kv, units of 16 rows, parts, the longest request's queries up to
-    # DECODE_QUERIES, or BY_DESCRIPTOR's 9 or 10), an expanded view whose shape is the
+    # DECODE_QUERIES, or 9 to LONG_ROWS for prefill), an expanded view whose shape is the
     # grid and the bucket;
     # queries packed (tokens, heads, head_dim); caches (blocks or batch, page or
     # sequence, heads_kv, head_dim).
@@ -132,7 +135,9 @@ def config(variant, bucket):
     with the page numbers loaded a block ahead (_lib/paged.py's attend_block), which
     gives three stages three buffers where the table's copy took one: prefill in 2
     stages 0.86-0.89x, decode in 3 stages 0.64-1.00x (two buffers of 128 keys leave room
-    for one program per multiprocessor), 64 keys in 3 stages 0.86-0.98x."""
+    for one program per multiprocessor), 64 keys in 3 stages 0.86-0.98x; 128 rows in 8
+    warps 1.13-1.14x on 8 ragged prefills over pages of 16 and 32 (so prefill-long),
+    0.96-0.97x with TMA, 0.73-0.77x on the mixed batch; in 2 stages 0.83-0.91x."""
     head_dim = int(dict(variant.switches)["head_dim"])
     wide = head_dim > 128
     small_shared = variant.arch in ("sm_86", "sm_89", "sm_120")
@@ -143,6 +148,8 @@ def config(variant, bucket):
         return _tiles(UNIT_ROWS, block_n, head_dim, 4, 2, parts=32)
     if wide:
         return _tiles(64, 32, head_dim, 8, 2)
+    if bucket == "prefill-long" and variant.arch == "sm_90":
+        return _tiles(128, 64, head_dim, 8, 3)
     tma = bucket == "prefill-tma" and variant.arch == "sm_90"
     return _tiles(64, 64, head_dim, 4, 2 if small_shared else 3, tma=tma)
 
@@ -157,7 +164,8 @@ TUNING = Tuning(
     buckets=(
         Bucket("decode", DECODE_QUERIES),
         Bucket("prefill", DECODE_QUERIES + 1),
-        Bucket("prefill-tma"),
+        Bucket("prefill-tma", BY_DESCRIPTOR),
+        Bucket("prefill-long"),
     ),
 )
 
@@ -175,7 +183,7 @@ def workspace(config):
 def arrangement(plan, *rest, block_size_m):
     """The grid: (heads_kv, units of 16 rows by block_size_m's, parts); the tensors are
     read through their pointers (`attend_paged`)."""
-    grid = plan.tile((1, block_size_m // UNIT_ROWS, 1, BY_DESCRIPTOR))
+    grid = plan.tile((1, block_size_m // UNIT_ROWS, 1, LONG_ROWS))
     return (grid, *(t.tile((1,) * t.ndim) if t.ndim else t for t in rest))
 
 

@@ -35,6 +35,8 @@ _GROUPS = {int(head_dim): group for (head_dim,), group in check.groups(_OP, "hea
 # calls of up to 8 queries per request split their keys; the grid counts 16-row units.
 DECODE_QUERIES = 8
 BY_DESCRIPTOR = 10
+LONG_ROWS = 11
+LONG_QUERIES = 128
 _UNIT_ROWS = 16
 # Decode's split (`_parts`): kernels/paged_attention.py's most parts, and how many its
 # merge takes in one round of loads; the keys a part of the longest request aims at; the
@@ -88,6 +90,16 @@ def _parts(heads_kv, units, capacity, device, num_splits):
     if num_splits > 1:
         parts = min(num_splits, _MOST_PARTS)
     return parts, _CHUNK_KEYS * max(1, tiles // slots)
+
+
+def _prefill(page_size, key, value, tokens, batch):
+    """The grid's `queries` dim of a prefill (or mixed) call, which picks its kernel
+    (kernels/paged_attention.py's): keys tensor descriptors can load; else long requests
+    (LONG_QUERIES queries each on average: 128-row blocks), or short ones among them
+    (mixed batches: 64-row blocks, which rows of one query fill less sparsely)."""
+    if _by_descriptor(page_size, key, value):
+        return BY_DESCRIPTOR
+    return LONG_ROWS if tokens >= LONG_QUERIES * batch else DECODE_QUERIES + 1
 
 
 def _by_descriptor(page_size, key, value):
@@ -188,11 +200,10 @@ def _attend(
     parts, min_chunk = 1, 1 << 30
     if max_q <= DECODE_QUERIES:
         parts, min_chunk = _parts(heads_kv, units, call.keys, query.device, num_splits)
-    # The grid's shape, and the bucket: queries past DECODE_QUERIES are all prefill's,
-    # through tensor descriptors where the keys allow (BY_DESCRIPTOR).
+    # The grid's shape, and the bucket: queries past DECODE_QUERIES are all prefill's.
     queries = min(max(max_q, 1), DECODE_QUERIES + 1)
-    if queries > DECODE_QUERIES and _by_descriptor(call.page_size, key, value):
-        queries = BY_DESCRIPTOR
+    if queries > DECODE_QUERIES:
+        queries = _prefill(call.page_size, key, value, packed_q.shape[0], call.batch)
     plan = query.as_strided((heads_kv, units, parts, queries), (0, 0, 0, 0))
     if call.k_lens is None and call.cu_q is None and table is None:
         # a dense cache attended whole: the kernel wants an int32 tensor in each place

@@ -44,13 +44,14 @@ def num_tensors(variant):
 def run(nt, variant, spec, dtype, bucket):
     """A paged call of the bucket's queries per request (decode: 3; prefill: 37 beside a
     decoding request) over a shuffled paged cache, its new entries appended; pages of 16
-    keys, of 64 for the bucket of keys through tensor descriptors (its calls' queries
-    dim is 10: aot/runtime/_flash_attn.py's BY_DESCRIPTOR). The 64-bit kernels': the
-    aligned ones' over a cache past 2^31 elements (a server's), its pages at the end;
-    the generic one's two queries 2^31 elements apart."""
+    keys, of 64 for the bucket of keys through tensor descriptors, and 300 queries
+    beside the one for the bucket of long requests (their calls' queries dims are 10
+    and 11: aot/runtime/_flash_attn.py's _prefill). The 64-bit kernels': the aligned
+    ones' over a cache past 2^31 elements (a server's), its pages at the end; the
+    generic one's two queries 2^31 elements apart."""
     head_dim = int(variant["switches"]["head_dim"])
     heads_q, heads_kv, page = 8, 2, 64 if bucket[0][0] == 10 else 16
-    q_len = size_in(bucket[0], 3 if bucket[0][1] <= 8 else 37)
+    q_len = 300 if bucket[0][0] == 11 else size_in(bucket[0], 3 if bucket[0][1] <= 8 else 37)
     q_lens = [1, 1] if spec.width == 64 and not spec.aligned else [q_len, 1]
     total = sum(q_lens)
     query = strided(

@@ -16,6 +16,10 @@ def test_the_runtime_and_the_kernel_file_agree(installed):
     runtime = installed._flash_attn
     assert runtime.DECODE_QUERIES == declared.DECODE_QUERIES
     assert runtime.BY_DESCRIPTOR == declared.BY_DESCRIPTOR
+    assert runtime.LONG_ROWS == declared.LONG_ROWS
+    assert runtime.LONG_QUERIES == declared.LONG_QUERIES
+    buckets = [bucket.upto for bucket in declared.TUNING.buckets]
+    assert buckets == [declared.DECODE_QUERIES, 9, declared.BY_DESCRIPTOR, None]
     assert runtime._UNIT_ROWS == declared.UNIT_ROWS
     variant = type("V", (), {"switches": (("head_dim", "128"),), "arch": "sm_90"})()
     assert declared.config(variant, "decode").premake["parts"] == runtime._MOST_PARTS
@@ -56,6 +60,18 @@ def test_prefill_by_descriptor_takes_unpaged_keys_and_pages_of_64_in_a_row(insta
     strided = torch.empty(10, 2, 64, 8, 128)[:, 0]  # pages not one after another
     assert not by_descriptor(64, strided, strided)
     assert not by_descriptor(64, torch.empty(10, 64, 8, 128), strided)
+
+
+def test_prefill_kernels_follow_from_shapes(installed):
+    """Pages of 64: the descriptors' kernel; pages of 16: 128-row blocks where requests
+    average 128 queries or more (8 prefills), 64-row blocks else (a chunk beside 63
+    decodes)."""
+    prefill = installed._flash_attn._prefill
+    pages_64, pages_16 = torch.empty(10, 64, 8, 128), torch.empty(10, 16, 8, 128)
+    assert prefill(64, pages_64, pages_64, 11786, 8) == 10
+    assert prefill(16, pages_16, pages_16, 11786, 8) == 11
+    assert prefill(16, pages_16, pages_16, 512 + 63, 64) == 9
+    assert prefill(16, pages_16, pages_16, 1024, 8) == 11
 
 
 def test_the_schema_declares_the_cache_writes_and_both_results(installed):
