@@ -83,7 +83,8 @@ def merged_rows(
     one round and a split past them one more per ROUND, in the registers of one. The
     sums over a round's parts are reductions of one tile, and the rounds come in order,
     so the result does not depend on which part arrived when. Callers take 8192 cells
-    a round (ROUND parts of their rows): 64 registers a thread in 4 warps."""
+    a round (ROUND parts of their rows, 64 registers a thread in 4 warps), 16384 for
+    rounds of 32 parts."""
     size = BLOCK_M * (2 + BLOCK_D)
     columns = tl.arange(0, BLOCK_D)
     result = tl.zeros((rows.shape[0], BLOCK_D), dtype=tl.float32)

@@ -62,7 +62,12 @@ def config(variant, bucket):
             # 64 keys a block in up to 16 parts led both buckets by 1-3%. With the merge
             # in one round of loads, 1.04-1.12x torch at batch 1, 0.98-1.09x at 8 and 32
             # (0.98-1.00 over 134 MB of keys and more: bandwidth-bound); TMA loads 1-5% slower.
-            return tiles(16, 64, block_d, 4, 3, split=16)
+            # Up to 32 parts (H100, 2026-11-26, against torch in one run): Qwen2.5-7B's 28
+            # heads over 4 at batch 1 are 4 tiles, 64 programs at 16 parts, 128 at 32;
+            # over 32768 keys 34.4-34.9 -> 31.2-31.4 us, 0.94x -> 1.03x torch; Llama-3-8B's
+            # 32 over 8 at batch 64 over 4096 keys 376-377 -> 353 us (0.94x -> 1.00x);
+            # the other cases within 2%.
+            return tiles(16, 64, block_d, 4, 3, split=32)
         # Two stages where a block gets 99 KiB: three of fp32 keys and values in 64-key
         # blocks of 128 dims took 143 KiB.
         block_n = 16 if wide and variant.dtype == "fp32" else 32 if wide else 64
