@@ -137,7 +137,8 @@ def config(variant, bucket):
     stages 0.86-0.89x, decode in 3 stages 0.64-1.00x (two buffers of 128 keys leave room
     for one program per multiprocessor), 64 keys in 3 stages 0.86-0.98x; 128 rows in 8
     warps 1.13-1.14x on 8 ragged prefills over pages of 16 and 32 (so prefill-long),
-    0.96-0.97x with TMA, 0.73-0.77x on the mixed batch; in 2 stages 0.83-0.91x."""
+    0.96-0.97x with TMA, 0.73-0.77x on the mixed batch; in 2 stages 0.83-0.91x, in 4
+    stages 0.89x, 128 x 128 in 2 stages 0.90-0.91x."""
     head_dim = int(dict(variant.switches)["head_dim"])
     wide = head_dim > 128
     small_shared = variant.arch in ("sm_86", "sm_89", "sm_120")
