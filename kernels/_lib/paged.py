@@ -433,9 +433,7 @@ def combine(
     mine = partials + (tile.to(tl.int64) * parts + part) * size
     leave_rows(mine, accumulator, running_max, running_sum, live_rows, inside, BLOCK_M, BLOCK_D)
     if arrive(slot, launch) == used:
-        # Up to 32 parts a round, of 8192 cells (64 registers a thread in 4 warps), or
-        # 16384 past 16 parts (H100, 32 parts: a GQA group of 7 over 32768 keys 32.2 ->
-        # 31.3 us against two rounds of 16 in 8192 cells).
+        # Rounds of parts and cells as merged_rows' docstring gives them.
         ROUND: tl.constexpr = 32 if MAX_PARTS > 32 else MAX_PARTS
         CELLS: tl.constexpr = 16384 if ROUND > 16 else 8192
         ROWS: tl.constexpr = CELLS // (ROUND * BLOCK_D) if ROUND * BLOCK_D < CELLS else 1
