@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..declare.arguments import Arg, parameters
+from ..declare.plain import Plain
 from ..declare.registry import OpDef
 from ..declare.space import Config, Spec, Variant
 from ..errors import UnsupportedKernel
@@ -98,12 +99,18 @@ def _generate(
     for spec in specializations(op, variant, args):
         if not keep(spec):
             continue
-        which = spec if op.premake_takes_spec else None
-        if which not in generated:
-            generated[which] = _ninetoothed(
-                ninetoothed, op, variant, config, function, (num_warps, num_stages), which
-            )
-        found = generated[which]
+        plain = op.plain(variant, config, spec)
+        if plain is not None:
+            found = _plain(ninetoothed, op, variant, config, spec, plain)
+            source, entry = found.source, plain.name
+        else:
+            which = spec if op.premake_takes_spec else None
+            if which not in generated:
+                generated[which] = _ninetoothed(
+                    ninetoothed, op, variant, config, function, (num_warps, num_stages), which
+                )
+            found = generated[which]
+            source, entry = _module(found.source, spec.width), function
         params = _params(variant, found, op.space.workspace, op.space.launch_id)
         signature, divisible = _signature(spec, args, params)
         kernels.append(
@@ -111,8 +118,8 @@ def _generate(
                 variant=variant,
                 spec=spec,
                 args=args,
-                source=_module(found.source, spec.width),
-                function=function,
+                source=source,
+                function=entry,
                 params=params,
                 signature=signature,
                 divisible=divisible,
@@ -186,6 +193,50 @@ def _ninetoothed(
         raise UnsupportedKernel(f"{variant.id}: ninetoothed produced no launch grid")
     tensor_names = [ninetoothed.names(tensor) for tensor in tensors]
     return Generation(names, tensors, tensor_names, made.source, made.kernel_params, made.grid)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Named:
+    """A premake tensor as a plain kernel's parameters name it (the application's
+    parameter name), or a constant of the `Plain`'s own."""
+
+    name: str
+    ndim: int
+    constexpr: bool
+    value: Any = None
+
+
+def _plain(
+    ninetoothed: Ninetoothed, op: OpDef, variant: Variant, config: Config, spec: Spec, plain: Plain
+) -> Generation:
+    """A `Plain` kernel in the premake's place: its parameters name the premake's
+    tensors after the application's parameters (declare/plain.py), its grid is its own."""
+    names, tensors, _, _ = _premade(ninetoothed, op, variant, config, spec)
+    named = [
+        _Named(name, tensor.ndim, bool(tensor.constexpr), getattr(tensor, "value", None))
+        for name, tensor in zip(names, tensors, strict=True)
+    ]
+    clashing = sorted(set(plain.constants) & set(names))
+    if clashing:
+        raise UnsupportedKernel(
+            f"{variant.id}: Plain.constants {clashing} are also the application's parameters"
+        )
+    extra = [(name, _Named(name, 0, True, value)) for name, value in plain.constants.items()]
+    return Generation(
+        names=[*names, *(name for name, _ in extra)],
+        tensors=[*named, *(tensor for _, tensor in extra)],
+        tensor_names=[
+            TensorNames(
+                name,
+                tuple(f"{name}_size_{dim}" for dim in range(tensor.ndim)),
+                tuple(f"{name}_stride_{dim}" for dim in range(tensor.ndim)),
+            )
+            for name, tensor in [*zip(names, named, strict=True), *extra]
+        ],
+        source=plain.source,
+        kernel_params=list(plain.function.arg_names),
+        grid=plain.grid,
+    )
 
 
 def _launched(grid: str, config: Config) -> str:

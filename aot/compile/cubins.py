@@ -8,9 +8,14 @@ with the kernel's id (the build adds the command that reproduces it alone).
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
+import functools
 import hashlib
 import linecache
+import os
+import sys
+import types
 from typing import Any
 
 from ..declare.arguments import Arg
@@ -93,7 +98,7 @@ def _compile(toolchain: Toolchain, target: Target, kernel: GeneratedKernel) -> C
         if type_ == "constexpr"
     }
     attrs = {(position,): [["tt.divisibility", 16]] for position in kernel.divisible}
-    source = triton.compiler.ASTSource(
+    source = _source(triton, jit_function)(
         fn=jit_function, signature=signature, constexprs=constants, attrs=attrs
     )
     gpu_target = toolchain.gpu_target(target)
@@ -111,6 +116,8 @@ def _compile(toolchain: Toolchain, target: Target, kernel: GeneratedKernel) -> C
         compiled = triton.compile(source, target=gpu_target, options=options.__dict__)
     except Exception as error:
         raise CompileError(kernel.id, f"Triton failed: {_deepest(error)}") from error
+    finally:
+        sys.modules.pop(jit_function.__module__, None)  # `_load`'s, compiled
     _check_launchable(kernel, compiled.metadata)
     runtime = [i for i, type_ in enumerate(kernel.signature) if type_ != "constexpr"]
     metadata = compiled.metadata
@@ -138,15 +145,45 @@ def _compile(toolchain: Toolchain, target: Target, kernel: GeneratedKernel) -> C
     )
 
 
+def _source(triton: Any, jit_function: Any) -> Any:
+    """The AST source class of a kernel: Gluon's for `@gluon.jit` (a plain kernel's,
+    declare/plain.py), Triton's otherwise."""
+    from triton.experimental.gluon import GluonASTSource, GluonJITFunction
+
+    if isinstance(jit_function, GluonJITFunction):
+        _quiet_teardown()
+        return GluonASTSource
+    return triton.compiler.ASTSource
+
+
+@functools.cache
+def _quiet_teardown() -> None:
+    """After compiling Gluon, libtriton's teardown at interpreter exit reports IR
+    objects its bindings leaked (nanobind, some 300 lines on stderr, in Triton 3.9);
+    Triton's own compile workers silence the same report the same way: stderr to
+    /dev/null once everything else has exited."""
+
+    def silence() -> None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
+
+    atexit.register(silence)
+
+
 def _load(kernel: GeneratedKernel) -> Any:
     """Turn the generated source into a JITFunction without writing it anywhere:
     Triton reads a kernel's source through `inspect`, which consults linecache."""
-    filename = f"<ntops-aot {kernel.id} {hashlib.sha256(kernel.source.encode()).hexdigest()}>"
+    digest = hashlib.sha256(kernel.source.encode()).hexdigest()
+    filename = f"<ntops-aot {kernel.id} {digest}>"
     lines = kernel.source.splitlines(keepends=True)
     linecache.cache[filename] = (len(kernel.source), None, lines, filename)
-    namespace: dict[str, Any] = {"__name__": f"ntops_aot_generated_{kernel.variant.op}"}
-    exec(compile(kernel.source, filename, "exec"), namespace)
-    return namespace[kernel.function]
+    # A module of its own, registered: Gluon's aggregates resolve their annotations
+    # through sys.modules[cls.__module__].
+    module = types.ModuleType(f"ntops_aot_generated_{kernel.variant.op}_{digest[:16]}")
+    sys.modules[module.__name__] = module
+    exec(compile(kernel.source, filename, "exec"), module.__dict__)
+    return getattr(module, kernel.function)
 
 
 def _check_launchable(kernel: GeneratedKernel, metadata: Any) -> None:

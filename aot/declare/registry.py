@@ -22,6 +22,7 @@ from . import api
 from .arguments import Arg, arguments, own_dtype, parameters
 from .dims import named_dims
 from .limits import NT_MAX_ARGS, NT_MAX_DIMS
+from .plain import Plain
 from .space import ALL, DTYPES, Config, Spec, Tuning, Variant, VariantSpace, group_key
 
 KERNELS_PACKAGE = "ntops_aot.kernels"
@@ -113,6 +114,12 @@ class OpDef:
         declared = declared if isinstance(declared, tuple) else (declared,)
         module = self.module.__name__
         return tuple(api.describe(self.name, one, self.space.switches, module) for one in declared)
+
+    def plain(self, variant: Variant, config: Config, spec: Spec) -> Plain | None:
+        """The hand-written kernel the file's `plain(variant, config, spec)` gives for a
+        specialisation (declare/plain.py), or None: ninetoothed generates it."""
+        choose: Callable[..., Plain | None] | None = getattr(self.module, "plain", None)
+        return None if choose is None else choose(variant, config, spec)
 
     @property
     def premake_takes_spec(self) -> bool:
