@@ -22,9 +22,10 @@ import ninetoothed
 from ninetoothed import Tensor
 
 from ntops_aot.aot.declare.api import Api, sample
+from ntops_aot.aot.declare.plain import Plain
 from ntops_aot.aot.declare.space import FLOATS, Tuning, VariantSpace
 
-from ._lib import attention
+from ._lib import attention, gluon_attention
 
 # ninetoothed copies into a kernel the Triton functions of its application's module:
 # `attend` and every function it calls are imported by name.
@@ -136,7 +137,7 @@ APPLICATIONS = {
 
 def premake(
     ndim, dtype, head_dim="64", mask="causal", block_size_m=64, block_size_n=64,
-    block_size_d=64, split=1, tma=False, spec=None,
+    block_size_d=64, split=1, tma=False, gluon=False, spec=None,
 ):  # fmt: skip
     def attention_tensor(**options):
         return Tensor(4, dtype=dtype, shape=(None, None, None, int(head_dim)), **options)
@@ -156,3 +157,19 @@ def premake(
     present = (present_key, present_value, appended)
     tensors = (output, query, key, value, *present, *middle, workspace, launch, *fixed)
     return arrange, APPLICATIONS[mask], tensors
+
+
+def plain(variant, config, spec):
+    """Prefill of half types on Hopper, causal or unmasked, in the aligned specialisation
+    (16-byte aligned rows, unit-stride head_dim: TMA's needs) of 32-bit sizes: the Gluon
+    kernel (_lib/gluon_attention.py), 128 queries of a head a program, keys in blocks of
+    128 through two stages. The other specialisations keep the generated kernel."""
+    if not config.premake.get("gluon") or variant.arch != "sm_90":
+        return None
+    if dict(variant.switches)["mask"] != "causal" or config.num_warps != 4:
+        return None
+    if not (spec.aligned and spec.width == 32 and spec.unit and set(spec.unit) == {3}):
+        return None
+    rows = gluon_attention.ROWS.value
+    grid = f"((query_size_2 + {rows - 1}) // {rows}) * query_size_0 * query_size_1"
+    return Plain(gluon_attention.attention_prefill, grid, {"BLOCK_N": 128, "STAGES": 2})

@@ -146,15 +146,17 @@ def _is_tail(cache, present, slot):
     )
 
 
-def _present(key, value, present_key, present_value, key_slot, value_slot):
+def _present(queries, key, value, present_key, present_value, key_slot, value_slot):
     """The new KV-cache entries for the launch: (present_key, present_value, how many)
-    where the slots are the last positions of `key` and `value` and the entries share
-    strides (the kernel writes them, reading them from where they are); else they are
-    copied into their slots here and the launch gets none."""
+    where the call has a decode step's `queries`, the slots are the last positions of
+    `key` and `value` and the entries share strides (the kernel writes them, reading
+    them from where they are); else they are copied into their slots here and the launch
+    gets none (prefill kernels write no cache: the Gluon one does not)."""
     if present_key is None and present_value is None:
         return key, value, 0
     if (
-        present_key is not None
+        queries <= _FUSED_ENTRIES
+        and present_key is not None
         and present_value is not None
         and present_key.shape == present_value.shape
         and _strides_agree(present_key, present_value)
@@ -215,7 +217,9 @@ def scaled_dot_product_attention(
                 f"broadcast to {[batch, heads_q, seq_q, seq_kv]}"
             ) from error
     # Every check passed: only now may the caches change.
-    present = _present(key, value, present_key, present_value, present_key_slot, present_value_slot)
+    present = _present(
+        seq_q, key, value, present_key, present_value, present_key_slot, present_value_slot
+    )
     if present[2]:  # the kernel writes the caches: their autograd versions move
         increment_versions((key, value))
     out = query.new_empty(query.shape)

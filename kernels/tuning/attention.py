@@ -86,17 +86,24 @@ def config(variant, bucket):
         # not; 128x128 in 8 warps 0.70-0.76x; 64x64 without TMA 0.66-0.71x. The query's
         # block kept in registers (its product then reads only the keys from shared
         # memory) took 30-40 more registers and lost 4-7%.
-        return tiles(64, 64, block_d, 4, 3, tma=True)
+        # The aligned specialisation of head_dim 64 and 128 (96 in 128's tiles) takes
+        # the Gluon kernel instead (kernels/scaled_dot_product_attention.py's `plain`):
+        # 0.89-1.02x torch causal, 0.85-0.91x not, where every Triton tile above stops
+        # at 0.69-0.84x (H100, 2026-11-26, tests/benchmarks/bench_ceiling.py). The
+        # tile stays the other specialisations'.
+        return tiles(64, 64, block_d, 4, 3, tma=True, gluon=block_d in (64, 128))
     block_m = 64 if small_shared and head_dim > 64 else 128
     warps = 8 if head_dim > 64 else 4
     return tiles(block_m, 64, block_d, warps, 2 if small_shared else 3)
 
 
-def tiles(m, n, d, warps, stages, split=1, tma=False):
+def tiles(m, n, d, warps, stages, split=1, tma=False, gluon=False):
     """A configuration: blocks of m rows (queries of a group's heads) and n keys of d
     dims, TMA loads of the keys and values or plain ones, and up to `split` parts of
-    the keys (decode)."""
+    the keys (decode); `gluon`: the Gluon prefill kernel where it applies."""
     premake = {"block_size_m": m, "block_size_n": n, "block_size_d": d, "tma": tma}
+    if gluon:
+        premake["gluon"] = True
     return Config(premake, num_warps=warps, num_stages=stages, split=split)
 
 

@@ -444,6 +444,45 @@ def test_attention_decode(nt, dtype, batch, heads_q, heads_kv, seq_q, seq_kv, he
     torch.testing.assert_close(got, expected.to(dtype), **within)
 
 
+PREFILL_CASES = [
+    # batch, heads_q, heads_kv, seq_q, seq_kv, head_dim: the prefill bucket (more than 16
+    # queries; on sm_90 in half types the Gluon kernel for head dims 64 to 128)
+    (1, 32, 8, 2048, 2048, 128),
+    (2, 28, 4, 300, 1300, 128),  # a chunk over a cache: lower-right causal
+    (3, 4, 2, 129, 129, 96),  # a block and one row; head_dim in 128's tiles
+    (1, 16, 16, 17, 4000, 64),  # one query past decode's 16
+    (2, 8, 8, 200, 100, 64),  # more queries than keys
+    (1, 4, 1, 1000, 1000, 128),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(
+    ("batch", "heads_q", "heads_kv", "seq_q", "seq_kv", "head_dim"), PREFILL_CASES
+)
+def test_attention_prefill(nt, dtype, batch, heads_q, heads_kv, seq_q, seq_kv, head_dim):
+    """Prefill over odd lengths, GQA groups of 1 to 7, a chunk over a longer cache, the
+    query a transposed view of a (batch, seq, heads, head_dim) projection: unmasked,
+    causal upper-left and, where every row sees a key, lower-right."""
+    within = of("scaled_dot_product_attention", dtype)
+    q = values((batch, seq_q, heads_q, head_dim), dtype).transpose(1, 2)
+    k, v = (
+        values((batch, heads_kv, seq_kv, head_dim), dtype),
+        values((batch, heads_kv, seq_kv, head_dim), dtype),
+    )
+    sdpa = nt.scaled_dot_product_attention
+    got = sdpa(q, k, v, enable_gqa=True)
+    torch.testing.assert_close(got, sdpa_reference(q, k, v).to(dtype), **within)
+    got = sdpa(q, k, v, is_causal=True, enable_gqa=True)
+    expected = sdpa_reference(q, k, v, causal=True)
+    torch.testing.assert_close(got, expected.to(dtype), **within)
+    if seq_q <= seq_kv:
+        lower = nt.CausalVariant.LOWER_RIGHT
+        got = sdpa(q, k, v, is_causal=True, enable_gqa=True, causal_variant=lower)
+        expected = sdpa_reference(q, k, v, causal=True, lower_right=True)
+        torch.testing.assert_close(got, expected.to(dtype), **within)
+
+
 def test_attention_fully_masked_rows_give_zero(nt):
     q = values((2, 8, 3, 128), torch.float16)
     k, v = values((2, 2, 700, 128), torch.float16), values((2, 2, 700, 128), torch.float16)
@@ -489,7 +528,7 @@ def test_attention_kv_cache(nt, batch, seq_q, causal):
     within = of("scaled_dot_product_attention", dtype)
 
     slots = cache_k[:, :, position:end], cache_v[:, :, position:end]
-    fused = nt._attention._present(visible_k, visible_v, new_k, new_v, *slots)
+    fused = nt._attention._present(seq_q, visible_k, visible_v, new_k, new_v, *slots)
     assert fused[2] == seq_q, "the kernel writes the entries: no copies"
     out = step(*slots)
     assert torch.equal(cache_k[:, :, position:end], new_k)

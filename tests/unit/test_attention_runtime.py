@@ -12,7 +12,7 @@ def test_a_decode_steps_cache_entries_ride_on_the_attention_launch(installed, ba
     """Where the slots are the attended caches' last few positions, the attention kernel
     gets the new entries to write (nothing is copied here), in the layout a fused QKV
     projection's views have: their size-1 dims' strides differ. Other slots, more than
-    16 entries and other dtypes are copied before the launch."""
+    16 entries or queries and other dtypes are copied before the launch."""
     present = installed._attention._present
     heads_kv, head_dim, position = 2, 64, 40
 
@@ -28,7 +28,7 @@ def test_a_decode_steps_cache_entries_ride_on_the_attention_launch(installed, ba
         return new_k, new_v, caches, visible, [cache[:, :, position:end] for cache in caches]
 
     new_k, new_v, caches, visible, slots = step(1)
-    got = present(*visible, new_k, new_v, *slots)
+    got = present(1, *visible, new_k, new_v, *slots)
     assert got[0] is new_k
     assert got[1] is new_v
     assert got[2] == 1
@@ -36,13 +36,19 @@ def test_a_decode_steps_cache_entries_ride_on_the_attention_launch(installed, ba
 
     new_k, new_v, caches, visible, _ = step(1)
     heads = [cache[:, :, :1] for cache in caches]  # not the attended tail: copied
-    assert present(*visible, new_k, new_v, *heads)[2] == 0
+    assert present(1, *visible, new_k, new_v, *heads)[2] == 0
     assert torch.equal(caches[0][:, :, :1], new_k)
 
     new_k, new_v, caches, visible, slots = step(17)  # a chunk: copied
-    assert present(*visible, new_k, new_v, *slots)[2] == 0
+    assert present(17, *visible, new_k, new_v, *slots)[2] == 0
     assert torch.equal(caches[1][:, :, position : position + 17], new_v)
 
     new_k, new_v, caches, visible, slots = step(1)
-    assert present(*visible, new_k.float(), new_v.float(), *slots)[2] == 0
+    assert present(1, *visible, new_k.float(), new_v.float(), *slots)[2] == 0
+    assert torch.equal(caches[0][:, :, position : position + 1], new_k)
+
+    # Past 16 queries the prefill kernels run, which write no cache (the Gluon one):
+    # even a tail of one entry is copied.
+    new_k, new_v, caches, visible, slots = step(1)
+    assert present(17, *visible, new_k, new_v, *slots)[2] == 0
     assert torch.equal(caches[0][:, :, position : position + 1], new_k)

@@ -1,4 +1,8 @@
-"""Hand-written kernels in a premake's place (aot/declare/plain.py), generated on a CPU."""
+"""Hand-written kernels in a premake's place (aot/declare/plain.py), generated and compiled
+on a CPU: a Triton one standing in for relu's, and the Gluon prefill of
+scaled_dot_product_attention on sm_90."""
+
+import dataclasses
 
 import pytest
 import triton
@@ -9,6 +13,58 @@ from ntops_aot.aot.compile.cubins import compile_kernel
 from ntops_aot.aot.declare.plain import Plain
 from ntops_aot.aot.declare.space import Variant
 from ntops_aot.aot.errors import UnsupportedKernel
+
+SDPA = Variant(
+    "scaled_dot_product_attention", "sm_90", "bf16", 4, (("head_dim", "128"), ("mask", "causal"))
+)
+
+
+@pytest.fixture
+def prefill(toolchain, registry):
+    """The generated kernels of SDPA's prefill bucket, by spec name."""
+    op = registry[SDPA.op]
+    config = op.config(SDPA, "prefill")
+    return {k.spec.name: k for k in codegen.generate(toolchain, op, SDPA, config)}
+
+
+def test_the_aligned_prefill_is_the_gluon_kernel(prefill):
+    aligned = prefill["i32-u333333-a16"]
+    assert aligned.function == "attention_prefill"
+    assert "gluon.jit" in aligned.source
+    names = [arg.name for arg in aligned.args]
+    described = {(p.kind, names[p.arg] if p.arg >= 0 else None, p.dim) for p in aligned.params}
+    assert ("pointer", "query", -1) in described
+    assert ("size", "key", 3) in described
+    assert ("stride", "output", 2) in described
+    assert ("scalar", "offset", -1) in described
+    constants = {p.name: p.value for p in aligned.params if p.kind == "constant"}
+    assert constants == {"block_d": 128, "BLOCK_N": 128, "STAGES": 2}
+    assert aligned.grid == "((query_size_2 + 127) // 128) * query_size_0 * query_size_1"
+    # The other specialisations keep the generated kernel (TMA needs aligned rows).
+    assert {k.function for name, k in prefill.items() if name != "i32-u333333-a16"} == {
+        "ntops_scaled_dot_product_attention"
+    }
+
+
+def test_the_gluon_kernel_compiles_warp_specialised(toolchain, prefill):
+    kernel = compile_kernel(toolchain, prefill["i32-u333333-a16"])
+    # Two consumer warp groups and a producer warp (a warp group's worth).
+    assert kernel.num_warps == 12
+    assert kernel.shared <= 232448
+    assert kernel.scratch > 0  # the descriptors it makes on the device
+    assert kernel.types[0] == "*bf16"
+
+
+def test_other_arches_and_masks_keep_generated_kernels(toolchain, registry):
+    op = registry[SDPA.op]
+    for variant in (
+        dataclasses.replace(SDPA, arch="sm_80"),
+        dataclasses.replace(SDPA, switches=(("head_dim", "128"), ("mask", "bool"))),
+        dataclasses.replace(SDPA, switches=(("head_dim", "32"), ("mask", "causal"))),
+    ):
+        config = op.config(variant, "prefill")
+        kernels = codegen.generate(toolchain, op, variant, config)
+        assert {k.function for k in kernels} == {"ntops_scaled_dot_product_attention"}, variant
 
 
 @triton.jit
