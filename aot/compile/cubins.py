@@ -151,13 +151,13 @@ def _source(triton: Any, jit_function: Any) -> Any:
     from triton.experimental.gluon import GluonASTSource, GluonJITFunction
 
     if isinstance(jit_function, GluonJITFunction):
-        _quiet_teardown()
+        quiet_teardown()
         return GluonASTSource
     return triton.compiler.ASTSource
 
 
 @functools.cache
-def _quiet_teardown() -> None:
+def quiet_teardown() -> None:
     """After compiling Gluon, libtriton's teardown at interpreter exit reports IR
     objects its bindings leaked (nanobind, some 300 lines on stderr, in Triton 3.9);
     Triton's own compile workers silence the same report the same way: stderr to
