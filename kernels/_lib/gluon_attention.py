@@ -170,6 +170,33 @@ def attend_rows(
 
 
 @gluon.jit
+def shared_ring(
+    DTYPE: gl.constexpr, rows_layout: gl.constexpr, keys_layout: gl.constexpr,
+    BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr, STAGES: gl.constexpr,
+):  # fmt: skip
+    """The buffers and barriers every partition takes, initialised: the two groups'
+    queries, `STAGES` stages of keys and values, `*_ready` for the producer's copies and
+    `*_free` for both consumer groups' release."""
+    q = gl.allocate_shared_memory(DTYPE, [2, 64, BLOCK_D], rows_layout)
+    k = gl.allocate_shared_memory(DTYPE, [STAGES, BLOCK_N, BLOCK_D], keys_layout)
+    v = gl.allocate_shared_memory(DTYPE, [STAGES, BLOCK_N, BLOCK_D], keys_layout)
+    q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_ready, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(k_free.index(i), count=2)  # both consumer groups release
+        mbarrier.init(v_free.index(i), count=2)
+    return q, k, v, q_ready, k_ready, v_ready, k_free, v_free
+
+
+# One partition function per consumer group: warp_specialize hands its partitions their
+# arguments as values, so a group number in the argument tuple would not arrive a constexpr.
+@gluon.jit
 def attend_rows_0(
     o_rows, q, k, v, q_ready, k_ready, v_ready, k_free, v_free, blocks, unmasked, first,
     seq_kv, offset, scale,
@@ -253,20 +280,9 @@ def attention_prefill(
     v_rows = tma.make_tensor_descriptor(
         v_base, [seq_kv, head_dim], [value_stride_2, 1], [BLOCK_N, block_d], keys_layout
     )
-    q = gl.allocate_shared_memory(DTYPE, [2, 64, block_d], rows_layout)
-    k = gl.allocate_shared_memory(DTYPE, [STAGES, BLOCK_N, block_d], keys_layout)
-    v = gl.allocate_shared_memory(DTYPE, [STAGES, BLOCK_N, block_d], keys_layout)
-    q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    k_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_ready, count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(k_ready.index(i), count=1)
-        mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(k_free.index(i), count=2)  # both consumer groups release
-        mbarrier.init(v_free.index(i), count=2)
+    q, k, v, q_ready, k_ready, v_ready, k_free, v_free = shared_ring(
+        DTYPE, rows_layout, keys_layout, BLOCK_N, block_d, STAGES
+    )
     factor = scale * 1.4426950408889634
     rows_args = (
         o_rows, q, k, v, q_ready, k_ready, v_ready, k_free, v_free, blocks, unmasked, first,

@@ -277,8 +277,26 @@ def _print(case, found):
         print(f"    {name:40s} {us:9.1f} us {speed:6.2f}x  err {error:.3f}")
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run(directory):
+    """Every configuration of a `build` in `directory`, timed: {"gpu", "attention", "linear"}."""
+    import torch
+
+    try:
+        import ntops_prebuilt as nt
+    except ImportError:
+        nt = None
+    driver = Driver(directory, torch)
+    return {
+        "gpu": torch.cuda.get_device_name(),
+        "attention": run_attention(torch, driver, nt),
+        "linear": run_linear(torch, driver, nt),
+    }
+
+
+def cli(description, build, run):
+    """The two steps' command line, this file's and bench_ceiling_paged.py's: `build DIR
+    [--arch]` on the build machine, `run DIR [--json OUT]` on the GPU."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("step", choices=("build", "run"))
     parser.add_argument("directory", type=pathlib.Path)
     parser.add_argument("--arch", default="sm_90")
@@ -287,18 +305,10 @@ def main():
     if options.step == "build":
         build(options.arch, options.directory)
         return
-    import torch
-
-    try:
-        import ntops_prebuilt as nt
-    except ImportError:
-        nt = None
-    driver = Driver(options.directory, torch)
-    results = {"gpu": torch.cuda.get_device_name(), "attention": run_attention(torch, driver, nt),
-               "linear": run_linear(torch, driver, nt)}  # fmt: skip
+    results = run(options.directory)
     if options.json:
         pathlib.Path(options.json).write_text(json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":
-    main()
+    cli(__doc__.splitlines()[0], build, run)

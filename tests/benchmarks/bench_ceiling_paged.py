@@ -12,12 +12,12 @@ the wheel; FlashInfer where installed).
     python tests/benchmarks/bench_ceiling_paged.py run DIR [--json OUT.json]
 """
 
-import argparse
 import ctypes
 import functools
 import json
-import pathlib
 import statistics
+
+from bench_ceiling import Driver, cli, graph_us
 
 PAGES = (16, 64)
 CASES = {
@@ -57,7 +57,6 @@ def build(arch, out):
 def run(directory):
     import bench_paged_attention as paged
     import torch
-    from bench_ceiling import Driver, graph_us
 
     import ntops_prebuilt as nt
 
@@ -142,20 +141,5 @@ def _calls(torch, nt, flashinfer, driver, workspace, generator, paged, lengths, 
     return calls
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("step", choices=("build", "run"))
-    parser.add_argument("directory", type=pathlib.Path)
-    parser.add_argument("--arch", default="sm_90")
-    parser.add_argument("--json")
-    options = parser.parse_args()
-    if options.step == "build":
-        build(options.arch, options.directory)
-        return
-    results = run(options.directory)
-    if options.json:
-        pathlib.Path(options.json).write_text(json.dumps(results, indent=1))
-
-
 if __name__ == "__main__":
-    main()
+    cli(__doc__.splitlines()[0], build, run)

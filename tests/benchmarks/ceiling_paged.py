@@ -10,7 +10,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
-from ntops_aot.kernels._lib.gluon_attention import attend_rows_0, attend_rows_1
+from ntops_aot.kernels._lib.gluon_attention import attend_rows_0, attend_rows_1, shared_ring
 
 ROWS = gl.constexpr(128)
 
@@ -21,27 +21,28 @@ def load_pages(
     table_row, pages_max, num_pages,
 ):  # fmt: skip
     """The producer: the queries, then each block's keys and values page by page."""
-    PAGE: gl.constexpr = k_pages.block_type.shape[0]
     STAGES: gl.constexpr = k.shape[0]
-    PIECES: gl.constexpr = k.shape[1] // PAGE
     mbarrier.expect(q_ready, 2 * q_rows.block_type.nbytes)
     tma.async_load(q_rows, [0, 0], q_ready, q.index(0))
     tma.async_load(q_rows, [64, 0], q_ready, q.index(1))
     for j in range(blocks):
         stage = j % STAGES
         phase = (j // STAGES) & 1
-        mbarrier.wait(k_free.index(stage), phase ^ 1)
-        mbarrier.expect(k_ready.index(stage), PIECES * k_pages.block_type.nbytes)
-        for piece in gl.static_range(PIECES):
-            number = page_number(table_row, j * PIECES + piece, pages_max, num_pages)
-            into = k.index(stage).slice(piece * PAGE, PAGE)
-            tma.async_load(k_pages, [number * PAGE, 0], k_ready.index(stage), into)
-        mbarrier.wait(v_free.index(stage), phase ^ 1)
-        mbarrier.expect(v_ready.index(stage), PIECES * v_pages.block_type.nbytes)
-        for piece in gl.static_range(PIECES):
-            number = page_number(table_row, j * PIECES + piece, pages_max, num_pages)
-            into = v.index(stage).slice(piece * PAGE, PAGE)
-            tma.async_load(v_pages, [number * PAGE, 0], v_ready.index(stage), into)
+        load_block(k_pages, k, k_ready, k_free, stage, phase, j, table_row, pages_max, num_pages)
+        load_block(v_pages, v, v_ready, v_free, stage, phase, j, table_row, pages_max, num_pages)
+
+
+@gluon.jit
+def load_block(pages, buffers, ready, free, stage, phase, j, table_row, pages_max, num_pages):
+    """Block j of keys (or values) into `stage`, once both groups freed it: a copy a page."""
+    PAGE: gl.constexpr = pages.block_type.shape[0]
+    PIECES: gl.constexpr = buffers.shape[1] // PAGE
+    mbarrier.wait(free.index(stage), phase ^ 1)
+    mbarrier.expect(ready.index(stage), PIECES * pages.block_type.nbytes)
+    for piece in gl.static_range(PIECES):
+        number = page_number(table_row, j * PIECES + piece, pages_max, num_pages)
+        into = buffers.index(stage).slice(piece * PAGE, PAGE)
+        tma.async_load(pages, [number * PAGE, 0], ready.index(stage), into)
 
 
 @gluon.jit
@@ -109,20 +110,9 @@ def paged_prefill(
         v_pages = tma.make_tensor_descriptor(
             VC + kv_head * D, cache_rows, [kv_row, 1], [PAGE, D], page_layout
         )
-        q = gl.allocate_shared_memory(DTYPE, [2, 64, D], rows_layout)
-        k = gl.allocate_shared_memory(DTYPE, [STAGES, BLOCK_N, D], keys_layout)
-        v = gl.allocate_shared_memory(DTYPE, [STAGES, BLOCK_N, D], keys_layout)
-        q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        k_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        v_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        mbarrier.init(q_ready, count=1)
-        for i in gl.static_range(STAGES):
-            mbarrier.init(k_ready.index(i), count=1)
-            mbarrier.init(v_ready.index(i), count=1)
-            mbarrier.init(k_free.index(i), count=2)
-            mbarrier.init(v_free.index(i), count=2)
+        q, k, v, q_ready, k_ready, v_ready, k_free, v_free = shared_ring(
+            DTYPE, rows_layout, keys_layout, BLOCK_N, D, STAGES
+        )
         factor = scale * 1.4426950408889634
         table_row = table + b.to(gl.int64) * pages_max
         rows_args = (

@@ -389,6 +389,24 @@ def test_attention(nt, dtype, head_dim):
     )
 
 
+def gqa_inputs(batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, dtype):
+    """q, k, v: the query a transposed view of a (batch, seq, heads, head_dim) projection,
+    as models pass it."""
+    q = values((batch, seq_q, heads_q, head_dim), dtype).transpose(1, 2)
+    k, v = (values((batch, heads_kv, seq_kv, head_dim), dtype) for _ in "kv")
+    return q, k, v
+
+
+def check_lower_right(nt, q, k, v, dtype, within):
+    """Causal from the bottom right (every row sees a key: seq_q <= seq_kv)."""
+    lower = nt.CausalVariant.LOWER_RIGHT
+    got = nt.scaled_dot_product_attention(
+        q, k, v, is_causal=True, enable_gqa=True, causal_variant=lower
+    )
+    expected = sdpa_reference(q, k, v, causal=True, lower_right=True)
+    torch.testing.assert_close(got, expected.to(dtype), **within)
+
+
 DECODE_CASES = [
     # batch, heads_q, heads_kv, seq_q, seq_kv, head_dim
     (1, 32, 8, 1, 1, 128),
@@ -420,19 +438,12 @@ def test_attention_decode(nt, dtype, batch, heads_q, heads_kv, seq_q, seq_kv, he
     decode bucket: keys split across programs), the query a transposed view as models
     pass it; causal (the queries the last of the keys), bool and float masks."""
     within = of("scaled_dot_product_attention", dtype)
-    q = values((batch, seq_q, heads_q, head_dim), dtype).transpose(1, 2)
-    k, v = (
-        values((batch, heads_kv, seq_kv, head_dim), dtype),
-        values((batch, heads_kv, seq_kv, head_dim), dtype),
-    )
+    q, k, v = gqa_inputs(batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, dtype)
     sdpa = nt.scaled_dot_product_attention
     got = sdpa(q, k, v, enable_gqa=True)
     torch.testing.assert_close(got, sdpa_reference(q, k, v).to(dtype), **within)
     if seq_q <= seq_kv:
-        lower = nt.CausalVariant.LOWER_RIGHT
-        got = sdpa(q, k, v, is_causal=True, enable_gqa=True, causal_variant=lower)
-        expected = sdpa_reference(q, k, v, causal=True, lower_right=True)
-        torch.testing.assert_close(got, expected.to(dtype), **within)
+        check_lower_right(nt, q, k, v, dtype, within)
     keep = torch.rand(batch, 1, seq_q, seq_kv, device="cuda") > 0.5
     keep[..., -1] = True
     got = sdpa(q, k, v, keep, enable_gqa=True)
@@ -465,11 +476,7 @@ def test_attention_prefill(nt, dtype, batch, heads_q, heads_kv, seq_q, seq_kv, h
     query a transposed view of a (batch, seq, heads, head_dim) projection: unmasked,
     causal upper-left and, where every row sees a key, lower-right."""
     within = of("scaled_dot_product_attention", dtype)
-    q = values((batch, seq_q, heads_q, head_dim), dtype).transpose(1, 2)
-    k, v = (
-        values((batch, heads_kv, seq_kv, head_dim), dtype),
-        values((batch, heads_kv, seq_kv, head_dim), dtype),
-    )
+    q, k, v = gqa_inputs(batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, dtype)
     sdpa = nt.scaled_dot_product_attention
     got = sdpa(q, k, v, enable_gqa=True)
     torch.testing.assert_close(got, sdpa_reference(q, k, v).to(dtype), **within)
@@ -477,10 +484,7 @@ def test_attention_prefill(nt, dtype, batch, heads_q, heads_kv, seq_q, seq_kv, h
     expected = sdpa_reference(q, k, v, causal=True)
     torch.testing.assert_close(got, expected.to(dtype), **within)
     if seq_q <= seq_kv:
-        lower = nt.CausalVariant.LOWER_RIGHT
-        got = sdpa(q, k, v, is_causal=True, enable_gqa=True, causal_variant=lower)
-        expected = sdpa_reference(q, k, v, causal=True, lower_right=True)
-        torch.testing.assert_close(got, expected.to(dtype), **within)
+        check_lower_right(nt, q, k, v, dtype, within)
 
 
 def test_attention_fully_masked_rows_give_zero(nt):
