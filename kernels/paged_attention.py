@@ -18,7 +18,10 @@ import ninetoothed
 from ninetoothed import Tensor
 
 from ntops_aot.aot.declare.api import Api, sample
+from ntops_aot.aot.declare.plain import Plain
 from ntops_aot.aot.declare.space import Bucket, Config, Tuning, VariantSpace
+
+from ._lib import gluon_paged
 
 # ninetoothed copies into a kernel the Triton functions of its application's module:
 # `attend_paged` and every function it calls are imported by name.
@@ -49,6 +52,13 @@ DECODE_QUERIES = 8
 # (prefill-long). Both loops in one kernel spilled: pages of 16 and 32 ran 3-7% slower.
 BY_DESCRIPTOR = DECODE_QUERIES + 2
 LONG_ROWS = DECODE_QUERIES + 3
+# 12 and 13: requests of 512 queries on average (aot/runtime/_flash_attn.py's
+# GLUON_QUERIES) the Gluon kernel takes on Hopper (_lib/gluon_paged.py: causal or not, no
+# window, softcap or appended entries), copying keys 16 at a time (pages of 16 and 32
+# keys) or 64 (longer pages, a power of two, one after another in the cache; keys in one
+# run); elsewhere, and for other specialisations, the 64-row kernel's configuration.
+WARP_SPECIALIZED = DECODE_QUERIES + 4
+WARP_SPECIALIZED_WIDE = DECODE_QUERIES + 5
 LONG_QUERIES = 128
 # The grid's unit: 16 rows. Request b's blocks start at cu_q[b] * group // 16 + b.
 UNIT_ROWS = 16
@@ -151,6 +161,10 @@ def config(variant, bucket):
         return _tiles(64, 32, head_dim, 8, 2)
     if bucket == "prefill-long" and variant.arch == "sm_90":
         return _tiles(128, 64, head_dim, 8, 3)
+    if bucket.startswith("prefill-gluon"):  # the Gluon kernel's where `plain` gives it
+        config = _tiles(64, 64, head_dim, 4, 2 if small_shared else 3)
+        copy = 64 if bucket == "prefill-gluon-wide" else 16  # keys a TMA copy
+        return Config({**config.premake, "gluon": copy}, num_warps=4, num_stages=config.num_stages)
     tma = bucket == "prefill-tma" and variant.arch == "sm_90"
     return _tiles(64, 64, head_dim, 4, 2 if small_shared else 3, tma=tma)
 
@@ -166,7 +180,9 @@ TUNING = Tuning(
         Bucket("decode", DECODE_QUERIES),
         Bucket("prefill", DECODE_QUERIES + 1),
         Bucket("prefill-tma", BY_DESCRIPTOR),
-        Bucket("prefill-long"),
+        Bucket("prefill-long", LONG_ROWS),
+        Bucket("prefill-gluon", WARP_SPECIALIZED),
+        Bucket("prefill-gluon-wide"),
     ),
 )
 
@@ -184,7 +200,7 @@ def workspace(config):
 def arrangement(plan, *rest, block_size_m):
     """The grid: (heads_kv, units of 16 rows by block_size_m's, parts); the tensors are
     read through their pointers (`attend_paged`)."""
-    grid = plan.tile((1, block_size_m // UNIT_ROWS, 1, LONG_ROWS))
+    grid = plan.tile((1, block_size_m // UNIT_ROWS, 1, WARP_SPECIALIZED_WIDE))
     return (grid, *(t.tile((1,) * t.ndim) if t.ndim else t for t in rest))
 
 
@@ -216,7 +232,7 @@ def application(
 
 def premake(
     ndim, dtype, head_dim="128", block_size_m=16, block_size_n=64, block_size_d=128, parts=1,
-    tma=False, spec=None,
+    tma=False, gluon=0, spec=None,
 ):  # fmt: skip
     plan = Tensor(4, dtype=dtype)
     output, query = Tensor(3, dtype=dtype), Tensor(3, dtype=dtype)
@@ -244,3 +260,21 @@ def premake(
         return arrangement(*args, block_size_m=block_size_m)
 
     return arrange, application, tensors
+
+
+def plain(variant, config, spec):
+    """Long requests on Hopper (the prefill-gluon buckets; the launcher routes there only
+    what it does), head dims 64 and 128, in the aligned 32-bit specialisation (TMA's
+    needs): the Gluon kernel (_lib/gluon_paged.py), 128 queries of a request and head a
+    program, keys in blocks of 128 through two stages, `gluon` keys a copy. The rest keep
+    the generated one."""
+    if not config.premake.get("gluon") or variant.arch != "sm_90":
+        return None
+    if dict(variant.switches)["head_dim"] not in ("64", "128"):
+        return None
+    if not (spec.aligned and spec.width == 32 and spec.unit[1:5] == (2, 2, 3, 3)):
+        return None
+    rows = gluon_paged.ROWS.value
+    grid = f"(query_size_0 // {rows} + block_table_size_0 + cu_seqlens_q_size_0) * query_size_1"
+    constants = {"BLOCK_N": 128, "STAGES": 2, "COPY": config.premake["gluon"]}
+    return Plain(gluon_paged.paged_prefill, grid, constants)

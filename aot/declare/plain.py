@@ -41,8 +41,10 @@ class Plain:
 
     @property
     def source(self) -> str:
-        """The source of the function's module, which the build compiles it from."""
+        """The source of the function's module, which the build compiles it from; its
+        package set first, so that its relative imports resolve where the build runs it."""
         import inspect
         import sys
 
-        return inspect.getsource(sys.modules[self.function.__module__])
+        module = sys.modules[self.function.__module__]
+        return f"__package__ = {module.__package__!r}\n" + inspect.getsource(module)

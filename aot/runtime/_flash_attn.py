@@ -36,7 +36,14 @@ _GROUPS = {int(head_dim): group for (head_dim,), group in check.groups(_OP, "hea
 DECODE_QUERIES = 8
 BY_DESCRIPTOR = 10
 LONG_ROWS = 11
+WARP_SPECIALIZED = 12
+WARP_SPECIALIZED_WIDE = 13
 LONG_QUERIES = 128
+# Requests the Gluon kernel takes on average at least (H100 against FlashInfer, one run:
+# 8 of 1473 queries on average 0.95-0.96x where the Triton kernels gave 0.66-0.83x; 64 of
+# 300 0.80x (the standalone kernel) where they gave 0.85-0.87x; between the two not
+# measured).
+GLUON_QUERIES = 512
 _UNIT_ROWS = 16
 # Decode's split (`_parts`): kernels/paged_attention.py's most parts, and how many its
 # merge takes in one round of loads; the keys a part of the longest request aims at; the
@@ -92,14 +99,35 @@ def _parts(heads_kv, units, capacity, device, num_splits):
     return parts, _CHUNK_KEYS * max(1, tiles // slots)
 
 
-def _prefill(page_size, key, value, tokens, batch):
+def _prefill(page_size, key, value, tokens, batch, plain):
     """The grid's `queries` dim of a prefill (or mixed) call, which picks its kernel
-    (kernels/paged_attention.py's): keys tensor descriptors can load; else long requests
-    (LONG_QUERIES queries each on average: 128-row blocks), or short ones among them
+    (kernels/paged_attention.py's): requests of GLUON_QUERIES queries on average whose
+    call the Gluon kernel does (`plain`: no window, softcap or appended entries) over
+    keys it loads (`_copies`); keys tensor descriptors can load; else long requests
+    (LONG_QUERIES queries each on average) in 128-row blocks, or short ones among them
     (mixed batches: 64-row blocks, which rows of one query fill less sparsely)."""
+    if tokens >= GLUON_QUERIES * batch and plain:
+        copies = _copies(page_size, key, value)
+        if copies:
+            return WARP_SPECIALIZED if copies == 16 else WARP_SPECIALIZED_WIDE
     if _by_descriptor(page_size, key, value):
         return BY_DESCRIPTOR
     return LONG_ROWS if tokens >= LONG_QUERIES * batch else DECODE_QUERIES + 1
+
+
+def _copies(page_size, key, value):
+    """The keys a TMA copy of the Gluon kernel takes (_lib/gluon_paged.py), or 0 where it
+    cannot load them: 16 for pages of 16 and 32 keys, 64 for pages of 64 to 256 (pages of
+    a power of two, one after another in the cache) and for keys in one run (packed, or a
+    dense cache whose entries follow each other)."""
+    if page_size == 0:
+        dense = all(t.stride(0) == t.shape[1] * t.stride(1) for t in (key, value))
+        return 64 if key.ndim == 3 or dense else 0
+    if page_size not in (16, 32, 64, 128, 256):
+        return 0
+    if not all(t.stride(0) == page_size * t.stride(1) for t in (key, value)):
+        return 0
+    return 16 if page_size < 64 else 64
 
 
 def _by_descriptor(page_size, key, value):
@@ -203,7 +231,8 @@ def _attend(
     # The grid's shape, and the bucket: queries past DECODE_QUERIES are all prefill's.
     queries = min(max(max_q, 1), DECODE_QUERIES + 1)
     if queries > DECODE_QUERIES:
-        queries = _prefill(call.page_size, key, value, packed_q.shape[0], call.batch)
+        plain = window_left < 0 and (causal or window_right < 0) and softcap == 0 and not call.new
+        queries = _prefill(call.page_size, key, value, packed_q.shape[0], call.batch, plain)
     plan = query.as_strided((heads_kv, units, parts, queries), (0, 0, 0, 0))
     if call.k_lens is None and call.cu_q is None and table is None:
         # a dense cache attended whole: the kernel wants an int32 tensor in each place

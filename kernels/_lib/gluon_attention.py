@@ -93,10 +93,13 @@ def softmax_block(s, m_i, l_i, scale, rows, columns, bound, offset, MASKED: gl.c
 @gluon.jit
 def attend_rows(
     o_rows, q, k, v, q_ready, k_ready, v_ready, k_free, v_free, blocks, unmasked, first,
-    seq_kv, offset, scale, GROUP: gl.constexpr,
+    seq_kv, offset, scale, lse_rows, lse_stride, rows_left, GROUP: gl.constexpr,
+    STORE_LSE: gl.constexpr,
 ):  # fmt: skip
     """A consumer group: the program's rows 64 * GROUP on over `blocks` blocks of keys,
-    the first `unmasked` of which every row sees whole."""
+    the first `unmasked` of which every row sees whole. STORE_LSE: each row's
+    log-sum-exp (natural; +inf where a row saw no key) at lse_rows + row * lse_stride,
+    for the program's first `rows_left` rows."""
     STAGES: gl.constexpr = k.shape[0]
     BLOCK_N: gl.constexpr = k.shape[1]
     BLOCK_D: gl.constexpr = k.shape[2]
@@ -160,6 +163,10 @@ def attend_rows(
         acc = warpgroup_mma(p, values, acc, is_async=True)
         acc, p, values = warpgroup_mma_wait(0, deps=(acc, p, values))
         mbarrier.arrive(v_free.index(last))
+    if STORE_LSE:
+        lse = gl.where(l_i == 0.0, float("inf"), (m_i + gl.log2(l_i)) / 1.4426950408889634)
+        mine = GROUP * 64 + gl.arange(0, 64, row_layout)
+        gl.store(lse_rows + mine * lse_stride, lse, mask=mine < rows_left)
     total = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
     out = gl.where(total == 0.0, 0.0, acc / total)
     # The group's queries are no longer read: their buffer stages the result.
@@ -203,7 +210,7 @@ def attend_rows_0(
 ):  # fmt: skip
     attend_rows(
         o_rows, q, k, v, q_ready, k_ready, v_ready, k_free, v_free, blocks, unmasked, first,
-        seq_kv, offset, scale, 0,
+        seq_kv, offset, scale, 0, 0, 0, 0, False,
     )  # fmt: skip
 
 
@@ -214,7 +221,29 @@ def attend_rows_1(
 ):  # fmt: skip
     attend_rows(
         o_rows, q, k, v, q_ready, k_ready, v_ready, k_free, v_free, blocks, unmasked, first,
-        seq_kv, offset, scale, 1,
+        seq_kv, offset, scale, 0, 0, 0, 1, False,
+    )  # fmt: skip
+
+
+@gluon.jit
+def attend_rows_lse_0(
+    o_rows, q, k, v, q_ready, k_ready, v_ready, k_free, v_free, blocks, unmasked, first,
+    seq_kv, offset, scale, lse_rows, lse_stride, rows_left,
+):  # fmt: skip
+    attend_rows(
+        o_rows, q, k, v, q_ready, k_ready, v_ready, k_free, v_free, blocks, unmasked, first,
+        seq_kv, offset, scale, lse_rows, lse_stride, rows_left, 0, True,
+    )  # fmt: skip
+
+
+@gluon.jit
+def attend_rows_lse_1(
+    o_rows, q, k, v, q_ready, k_ready, v_ready, k_free, v_free, blocks, unmasked, first,
+    seq_kv, offset, scale, lse_rows, lse_stride, rows_left,
+):  # fmt: skip
+    attend_rows(
+        o_rows, q, k, v, q_ready, k_ready, v_ready, k_free, v_free, blocks, unmasked, first,
+        seq_kv, offset, scale, lse_rows, lse_stride, rows_left, 1, True,
     )  # fmt: skip
 
 

@@ -62,6 +62,16 @@ def pages_of(keys, page_size, blocks_extra=3, generator=None):
     return cache, table
 
 
+def dense_of(keys, capacity):
+    """Per-request keys [(Lk, Hk, D)] at the start of a dense (batch, capacity, Hk, D)
+    cache, the rest random."""
+    heads, dim = keys[0].shape[1:]
+    cache = torch.randn(len(keys), capacity, heads, dim, dtype=keys[0].dtype, device="cuda")
+    for b, k in enumerate(keys):
+        cache[b, : len(k)] = k
+    return cache
+
+
 def cumulative(lengths, device):
     return torch.tensor(
         [0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device=device
@@ -173,6 +183,59 @@ def test_kvcache_decode_appends(nt, paged, batch):
         torch.testing.assert_close(written, k_new[b, 0], rtol=0, atol=0)
     for other in results[1:]:
         torch.testing.assert_close(other, results[0], **within)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("page_size", [None, 16, 32, 48, 64, 128, 256])
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_long_prefills(nt, dtype, head_dim, page_size, causal):
+    """Requests of 129 to 1000 queries (512 each on average or more: on sm_90 the Gluon
+    kernel's bucket), some over longer caches (chunks of a prefill), keys packed or in
+    pages of 16 to 256; outputs and log-sum-exps."""
+    q_lens, k_lens = [300, 1000, 129, 700], [300, 1500, 129, 2100]
+    heads_q, heads_kv = 16, 4
+    qs = [torch.randn(n, heads_q, head_dim, dtype=dtype, device="cuda") for n in q_lens]
+    ks = [torch.randn(n, heads_kv, head_dim, dtype=dtype, device="cuda") for n in k_lens]
+    vs = [torch.randn(n, heads_kv, head_dim, dtype=dtype, device="cuda") for n in k_lens]
+    if page_size is None:
+        keys, values, table = torch.cat(ks), torch.cat(vs), None
+    else:
+        keys, table = pages_of(ks, page_size, generator=torch.Generator().manual_seed(2))
+        values, _ = pages_of(vs, page_size, generator=torch.Generator().manual_seed(2))
+    out, lse, _ = nt.flash_attn_varlen_func(
+        torch.cat(qs), keys, values, cumulative(q_lens, "cuda"), cumulative(k_lens, "cuda"),
+        max(q_lens), max(k_lens), causal=causal, block_table=table, return_attn_probs=True,
+    )  # fmt: skip
+    check_requests(out, lse, q_lens, k_lens, qs, ks, vs, dtype, packed_lse, causal=causal)
+
+
+@pytest.mark.parametrize("page", [None, 16, 64])
+def test_kvcache_long_prefill_without_appends(nt, page):
+    """A uniform batch of 512 queries each over a paged or dense cache
+    (flash_attn_with_kvcache with no new entries): the Gluon kernel's bucket on sm_90
+    (16 keys a copy, or 64), its (batch, heads, seqlen) log-sum-exp."""
+    dtype, head_dim, heads_q, heads_kv, seqlen = torch.bfloat16, 128, 32, 8, 512
+    lengths = [512, 1000, 600]
+    q = torch.randn(len(lengths), seqlen, heads_q, head_dim, dtype=dtype, device="cuda")
+    ks = [torch.randn(n, heads_kv, head_dim, dtype=dtype, device="cuda") for n in lengths]
+    vs = [torch.randn(n, heads_kv, head_dim, dtype=dtype, device="cuda") for n in lengths]
+    if page is None:
+        k_cache, v_cache, table = dense_of(ks, 1100), dense_of(vs, 1100), None
+    else:
+        k_cache, table = pages_of(ks, page, generator=torch.Generator().manual_seed(5))
+        v_cache, _ = pages_of(vs, page, generator=torch.Generator().manual_seed(5))
+    seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
+    out, lse = nt.flash_attn_with_kvcache(
+        q, k_cache, v_cache, cache_seqlens=seqlens, block_table=table, causal=True,
+        return_softmax_lse=True,
+    )  # fmt: skip
+    assert lse.shape == (len(lengths), heads_q, seqlen)
+    within = of("paged_attention", dtype)
+    for b in range(len(lengths)):
+        expected, expected_lse = reference(q[b], ks[b], vs[b], causal=True)
+        torch.testing.assert_close(out[b].float(), expected, **within, msg=f"request {b}")
+        torch.testing.assert_close(lse[b], expected_lse, rtol=1e-3, atol=1e-3)
 
 
 @pytest.mark.parametrize("page", [None, 16, 64])

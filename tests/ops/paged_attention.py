@@ -43,15 +43,19 @@ def num_tensors(variant):
 
 def run(nt, variant, spec, dtype, bucket):
     """A paged call of the bucket's queries per request (decode: 3; prefill: 37 beside a
-    decoding request) over a shuffled paged cache, its new entries appended; pages of 16
-    keys, of 64 for the bucket of keys through tensor descriptors, and 300 queries
-    beside the one for the bucket of long requests (their calls' queries dims are 10
-    and 11: aot/runtime/_flash_attn.py's _prefill). The 64-bit kernels': the aligned
+    decoding request) over a shuffled paged cache; pages of 16 keys, of 64 for the bucket
+    of keys through tensor descriptors, 300 queries beside the one and a window for the
+    bucket of long requests, 1100 for the Gluon kernel's, over pages of 16 and of 64 (their
+    calls' queries dims are 10 to 13: aot/runtime/_flash_attn.py's _prefill). The 64-bit
+    kernels': the aligned
     ones' over a cache past 2^31 elements (a server's), its pages at the end; the
     generic one's two queries 2^31 elements apart."""
     head_dim = int(variant["switches"]["head_dim"])
-    heads_q, heads_kv, page = 8, 2, 64 if bucket[0][0] == 10 else 16
-    q_len = 300 if bucket[0][0] == 11 else size_in(bucket[0], 3 if bucket[0][1] <= 8 else 37)
+    heads_q, heads_kv, page = 8, 2, 64 if bucket[0][0] in (10, 13) else 16
+    queries = {11: 300, 12: 1100, 13: 1100}  # long requests; the Gluon kernel's 512 on average
+    q_len = queries.get(bucket[0][0]) or size_in(bucket[0], 3 if bucket[0][1] <= 8 else 37)
+    # A window the Gluon kernel does not do keeps the 128-row Triton kernel's bucket.
+    options = {"window_left": 1000} if bucket[0][0] == 11 else {}
     q_lens = [1, 1] if spec.width == 64 and not spec.aligned else [q_len, 1]
     total = sum(q_lens)
     query = strided(
@@ -70,11 +74,12 @@ def run(nt, variant, spec, dtype, bucket):
     cu_q = torch.tensor([0, q_lens[0], total], dtype=torch.int32, device="cuda")
     expected = reference(
         query, *(c[-12:].clone() for c in cache), cu_q, lengths, None, table - (blocks - 12),
-        max_seqlen_q=max(q_lens), causal=True,
+        max_seqlen_q=max(q_lens), causal=True, **options,
     )[0]  # fmt: skip
     result, _ = nt.paged_attention(
-        query, *cache, cu_q, lengths, None, table, max_seqlen_q=max(q_lens), causal=True
-    )
+        query, *cache, cu_q, lengths, None, table, max_seqlen_q=max(q_lens), causal=True,
+        **options,
+    )  # fmt: skip
     return result, expected
 
 

@@ -17,9 +17,15 @@ def test_the_runtime_and_the_kernel_file_agree(installed):
     assert runtime.DECODE_QUERIES == declared.DECODE_QUERIES
     assert runtime.BY_DESCRIPTOR == declared.BY_DESCRIPTOR
     assert runtime.LONG_ROWS == declared.LONG_ROWS
+    assert runtime.WARP_SPECIALIZED == declared.WARP_SPECIALIZED
+    assert runtime.WARP_SPECIALIZED_WIDE == declared.WARP_SPECIALIZED_WIDE
     assert runtime.LONG_QUERIES == declared.LONG_QUERIES
     buckets = [bucket.upto for bucket in declared.TUNING.buckets]
-    assert buckets == [declared.DECODE_QUERIES, 9, declared.BY_DESCRIPTOR, None]
+    expected = [
+        declared.DECODE_QUERIES, 9, declared.BY_DESCRIPTOR, declared.LONG_ROWS,
+        declared.WARP_SPECIALIZED, None,
+    ]  # fmt: skip
+    assert buckets == expected
     assert runtime._UNIT_ROWS == declared.UNIT_ROWS
     variant = type("V", (), {"switches": (("head_dim", "128"),), "arch": "sm_90"})()
     assert declared.config(variant, "decode").premake["parts"] == runtime._MOST_PARTS
@@ -48,6 +54,33 @@ def test_decode_splits_follow_from_shapes(installed, monkeypatch, heads_kv, unit
     assert runtime._parts(heads_kv, units, capacity, device, splits) == expected
 
 
+def test_long_prefills_the_gluon_kernel_does_take_its_buckets(installed):
+    """Requests of 512 queries each on average whose call has no window, softcap or
+    appended entries: the Gluon kernel's buckets, copies of 16 keys over pages of 16 and
+    32, of 64 over pages of 64 to 256 (powers of two, one after another), packed keys or
+    a dense cache; otherwise the Triton ones'."""
+    prefill, runtime = installed._flash_attn._prefill, installed._flash_attn
+    pages = torch.empty(10, 16, 8, 128)
+    assert prefill(16, pages, pages, 4096, 8, True) == runtime.WARP_SPECIALIZED
+    assert prefill(16, pages, pages, 4096, 8, False) == runtime.LONG_ROWS  # a window, say
+    assert prefill(16, pages, pages, 4000, 8, True) == runtime.LONG_ROWS  # 500 each
+    assert prefill(16, pages, pages, 1000, 8, True) == runtime.DECODE_QUERIES + 1  # short
+    packed = torch.empty(1024, 8, 128)
+    assert prefill(0, packed, packed, 1024, 2, True) == runtime.WARP_SPECIALIZED_WIDE
+    assert prefill(0, packed, packed, 1024, 2, False) == runtime.BY_DESCRIPTOR
+    dense = torch.empty(2, 1024, 8, 128)
+    assert prefill(0, dense, dense, 1024, 2, True) == runtime.WARP_SPECIALIZED_WIDE
+    copies = ((8, 0), (16, 16), (24, 0), (32, 16), (48, 0), (64, 64), (128, 64), (256, 64))
+    for page, expected in copies:
+        cache = torch.empty(10, page, 8, 128)
+        assert runtime._copies(page, cache, cache) == expected, page
+    assert prefill(48, *[torch.empty(10, 48, 8, 128)] * 2, 4096, 8, True) == runtime.LONG_ROWS
+    strided = torch.empty(10, 2, 64, 8, 128)[:, 0]  # pages not one after another
+    assert runtime._copies(64, strided, strided) == 0
+    dense_strided = torch.empty(2, 2, 1024, 8, 128)[:, 0]
+    assert runtime._copies(0, dense_strided, dense_strided) == 0
+
+
 def test_prefill_by_descriptor_takes_unpaged_keys_and_pages_of_64_in_a_row(installed):
     """The TMA kernel's bucket: keys not paged, or in pages of a multiple of 64 keys
     that follow each other in the cache; pages of 16 and 32, or strided ones, not."""
@@ -65,13 +98,18 @@ def test_prefill_by_descriptor_takes_unpaged_keys_and_pages_of_64_in_a_row(insta
 def test_prefill_kernels_follow_from_shapes(installed):
     """Pages of 64: the descriptors' kernel; pages of 16: 128-row blocks where requests
     average 128 queries or more (8 prefills), 64-row blocks else (a chunk beside 63
-    decodes)."""
+    decodes); the Gluon kernel's buckets for long requests it does."""
     prefill = installed._flash_attn._prefill
     pages_64, pages_16 = torch.empty(10, 64, 8, 128), torch.empty(10, 16, 8, 128)
-    assert prefill(64, pages_64, pages_64, 11786, 8) == 10
-    assert prefill(16, pages_16, pages_16, 11786, 8) == 11
-    assert prefill(16, pages_16, pages_16, 512 + 63, 64) == 9
-    assert prefill(16, pages_16, pages_16, 1024, 8) == 11
+    # Calls the Gluon kernel does not do (a window, softcap or appended entries):
+    assert prefill(64, pages_64, pages_64, 11786, 8, False) == 10
+    assert prefill(16, pages_16, pages_16, 11786, 8, False) == 11
+    assert prefill(16, pages_16, pages_16, 512 + 63, 64, False) == 9
+    assert prefill(16, pages_16, pages_16, 1024, 8, False) == 11
+    # and those it does: long requests go to it, a mixed batch stays
+    assert prefill(64, pages_64, pages_64, 11786, 8, True) == 13
+    assert prefill(16, pages_16, pages_16, 11786, 8, True) == 12
+    assert prefill(16, pages_16, pages_16, 512 + 63, 64, True) == 9
 
 
 def test_the_schema_declares_the_cache_writes_and_both_results(installed):

@@ -139,3 +139,27 @@ def test_plain_constants_may_not_shadow_the_application(toolchain, registry, mon
 def test_plain_wants_a_jit_function():
     with pytest.raises(TypeError, match=r"triton\.jit or @gluon\.jit"):
         Plain(lambda: None, "1")
+
+
+@pytest.mark.parametrize(("bucket", "copy"), [("prefill-gluon", 16), ("prefill-gluon-wide", 64)])
+def test_the_paged_prefill_buckets_are_the_gluon_kernel(toolchain, registry, bucket, copy):
+    """paged_attention's prefill-gluon buckets on sm_90: the Gluon kernel copying `copy`
+    keys at a time in the aligned 32-bit specialisation (compiled warp-specialised), the
+    generated one elsewhere."""
+    op = registry["paged_attention"]
+    variant = Variant("paged_attention", "sm_90", "bf16", 3, (("head_dim", "128"),))
+    config = op.config(variant, bucket)
+    kernels = {k.spec.name: k for k in codegen.generate(toolchain, op, variant, config)}
+    aligned = [
+        k for name, k in kernels.items() if name.startswith("i32-") and name.endswith("-a16")
+    ]
+    assert [k.function for k in aligned] == ["paged_prefill"]
+    assert {p.name: p.value for p in aligned[0].params}["COPY"] == copy
+    others = {k.function for k in kernels.values()} - {"paged_prefill"}
+    assert others == {"ntops_paged_attention"}
+    assert "block_table_size_0" in aligned[0].grid
+    assert compile_kernel(toolchain, aligned[0]).num_warps == 12
+    for arch in ("sm_80", "sm_89"):
+        other = dataclasses.replace(variant, arch=arch)
+        generated = codegen.generate(toolchain, op, other, op.config(other, bucket))
+        assert {k.function for k in generated} == {"ntops_paged_attention"}, arch
