@@ -35,9 +35,9 @@ def test_the_runtime_and_the_kernel_file_agree(installed):
 @pytest.mark.parametrize(
     ("heads_kv", "units", "capacity", "splits", "expected"),
     [
-        (8, 1, 8192, 0, (16, 256)),  # batch 1: the most parts, of 256 keys or more
+        (8, 1, 8192, 0, (16, 128)),  # batch 1: the most parts, of 128 keys or more
         (8, 320, 8192, 0, (3, 256 * 19)),  # batch 256: the workspace caps it; long parts
-        (8, 1, 32768, 0, (32, 256)),  # batch 1 over 32k keys: past one round, 1k-key parts
+        (8, 1, 32768, 0, (32, 128)),  # batch 1 over 32k keys: past one round, 1k-key parts
         (8, 10, 32768, 0, (26, 256)),  # batch 8 whose table holds 32k keys: as the grid allows
         (8, 80, 32768, 0, (12, 1024)),  # batch 64 of those: the workspace caps it
         (8, 10, 32768, 1, (1, 1 << 30)),  # num_splits=1: no split
