@@ -33,7 +33,8 @@
     X(cuMemAllocAsync)                                                                             \
     X(cuMemFreeAsync)                                                                              \
     X(cuMemsetD8Async)                                                                             \
-    X(cuStreamIsCapturing)
+    X(cuStreamIsCapturing)                                                                         \
+    X(cuThreadExchangeStreamCaptureMode)
 
 typedef struct {
 #define NT_FIELD(name) __typeof__(&name) name;
@@ -51,6 +52,29 @@ static inline CUresult nt_checked(const char **what, const char *name, CUresult 
     if (result != CUDA_SUCCESS)
         *what = name;
     return result;
+}
+
+/* Work that is not a stream operation (a device's set-up, a module load) is done in
+ * the thread's relaxed stream-capture mode, as torch does around its allocations: done
+ * while the caller captures a CUDA graph (a first launch inside torch.cuda.graph), it
+ * no longer invalidates the capture, which left torch's CUDA generator broken for the
+ * process. Best effort, as the unload after a failed load: a driver without the call
+ * (before CUDA 10.1) keeps the mode it has. */
+typedef struct {
+    CUstreamCaptureMode mode;
+    int exchanged;
+} nt_capture_mode;
+
+static inline nt_capture_mode nt_capture_relax(void) {
+    nt_capture_mode saved = {CU_STREAM_CAPTURE_MODE_RELAXED, 0};
+    if (nt_cu.cuThreadExchangeStreamCaptureMode != NULL)
+        saved.exchanged = nt_cu.cuThreadExchangeStreamCaptureMode(&saved.mode) == CUDA_SUCCESS;
+    return saved;
+}
+
+static inline void nt_capture_restore(nt_capture_mode saved) {
+    if (saved.exchanged)
+        nt_cu.cuThreadExchangeStreamCaptureMode(&saved.mode);
 }
 
 /* The one way the driver is called: NT_CU(what, cuLaunchKernel, f, ...) calls it and

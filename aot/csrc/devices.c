@@ -81,7 +81,9 @@ CUresult nt_device_get(int ordinal, const nt_device **device, const char **what)
     if (!atomic_load_explicit(&nt_device_ready[ordinal], memory_order_acquire)) {
         pthread_mutex_lock(&nt_driver_lock);
         if (!atomic_load_explicit(&nt_device_ready[ordinal], memory_order_relaxed)) {
+            nt_capture_mode mode = nt_capture_relax(); /* a first use may be captured */
             result = nt_device_init(ordinal, what);
+            nt_capture_restore(mode);
             if (result == CUDA_SUCCESS)
                 atomic_store_explicit(&nt_device_ready[ordinal], 1, memory_order_release);
         }

@@ -1,6 +1,7 @@
 /* Each kernel as a function of a device: its module loaded into the device's primary
- * context at its first use there, once, under the driver's lock; afterwards read
- * without a lock from the device's slots. */
+ * context at its first use there, once, under the driver's lock (and in the relaxed
+ * stream-capture mode: a first use may be inside a CUDA graph's capture); afterwards
+ * read without a lock from the device's slots. */
 #include <stdatomic.h>
 #include <stdio.h>
 
@@ -61,6 +62,7 @@ CUresult nt_function(const nt_device *device, uint32_t index, CUfunction *functi
     pthread_mutex_lock(&nt_driver_lock);
     loaded = atomic_load_explicit(slot, memory_order_relaxed);
     if (loaded == NULL) {
+        nt_capture_mode mode = nt_capture_relax();
         CUcontext previous;
         const char *ignored;
         result = nt_enter(device, &previous, what);
@@ -75,6 +77,7 @@ CUresult nt_function(const nt_device *device, uint32_t index, CUfunction *functi
                 *what = ignored;
             }
         }
+        nt_capture_restore(mode);
     }
     pthread_mutex_unlock(&nt_driver_lock);
     *function = loaded;

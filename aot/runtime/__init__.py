@@ -3,7 +3,8 @@
 Everything was compiled ahead of time by `ntops-aot build`: importing this package
 needs neither a GPU nor Triton, and no call compiles anything. `manifest()` says
 what this wheel holds; `preload()` loads its kernels for the current device (at
-start-up, and before capturing CUDA graphs). The functions are those of
+start-up; a first call inside a CUDA graph's capture loads its kernel there safely).
+The functions are those of
 `ntops_prebuilt.torch`, which has the ntops.torch names and signatures.
 """
 

@@ -1,5 +1,8 @@
 """Launches captured into CUDA graphs and replayed, and many threads launching at once."""
 
+import subprocess
+import sys
+
 import torch
 
 from tests.gpu.graphs import captured
@@ -130,3 +133,40 @@ def test_eight_threads_ten_thousand_random_launches_each(nt):
         assert excess.numel() == launches
         bad = (excess > 0).nonzero().flatten().tolist()
         assert not bad, f"thread {seed}: launches {bad[:10]} out of tolerance"
+
+
+FIRST_USE_IN_CAPTURE = """
+import torch, ntops_prebuilt as nt
+x = torch.randn(6, 42, 123, device="cuda", dtype=torch.float16)
+side = torch.cuda.Stream()
+side.wait_stream(torch.cuda.current_stream())
+graphs = [torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()]
+# The wheel's first call ever: the device's set-up and gelu's module load, captured.
+with torch.cuda.graph(graphs[0], stream=side):
+    y = nt.gelu(x)
+torch.randn(3, device="cuda")  # torch's CUDA generator still works
+# Another kernel's first use, once the device is set up.
+with torch.cuda.graph(graphs[1], stream=side):
+    z = nt.softmax(y, -1)
+for _ in range(2):
+    x.copy_(torch.randn_like(x))
+    for graph in graphs:
+        graph.replay()
+    torch.cuda.synchronize()
+    expected = torch.nn.functional.gelu(x)
+    torch.testing.assert_close(y, expected)
+    torch.testing.assert_close(z, torch.softmax(expected, -1))
+print("ok")
+"""
+
+
+def test_a_first_use_inside_a_capture_loads_without_breaking_it(nt):
+    """A process whose first calls happen inside torch.cuda.graph captures (no preload,
+    no warm-up): the device's set-up and the module loads do not invalidate the captures
+    or leave torch's CUDA generator broken; the graphs replay the right results. In a
+    process of its own: the failure this guards against damages the process's torch."""
+    said = subprocess.run(
+        [sys.executable, "-c", FIRST_USE_IN_CAPTURE], capture_output=True, text=True, check=False
+    )
+    assert said.returncode == 0, said.stderr[-3000:]
+    assert said.stdout.strip().endswith("ok")
