@@ -51,6 +51,14 @@ def mma_layout(n):
 
 
 @gluon.jit
+def load_queries(q_rows, q, q_ready):
+    """Both consumer groups' 64 queries, one TMA copy each, on one barrier."""
+    mbarrier.expect(q_ready, 2 * q_rows.block_type.nbytes)
+    tma.async_load(q_rows, [0, 0], q_ready, q.index(0))
+    tma.async_load(q_rows, [64, 0], q_ready, q.index(1))
+
+
+@gluon.jit
 def load_blocks(
     q_rows, k_rows, v_rows, q, k, v, q_ready, k_ready, v_ready, k_free, v_free, blocks
 ):  # fmt: skip
@@ -58,9 +66,7 @@ def load_blocks(
     into a stage both groups have released."""
     STAGES: gl.constexpr = k.shape[0]
     BLOCK_N: gl.constexpr = k.shape[1]
-    mbarrier.expect(q_ready, 2 * q_rows.block_type.nbytes)
-    tma.async_load(q_rows, [0, 0], q_ready, q.index(0))
-    tma.async_load(q_rows, [64, 0], q_ready, q.index(1))
+    load_queries(q_rows, q, q_ready)
     for j in range(blocks):
         stage = j % STAGES
         phase = (j // STAGES) & 1

@@ -23,7 +23,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
-from .gluon_attention import attend_rows_lse_0, attend_rows_lse_1, shared_ring
+from .gluon_attention import attend_rows_lse_0, attend_rows_lse_1, load_queries, shared_ring
 
 ROWS = gl.constexpr(128)  # queries per program, as gluon_attention's
 UNPAGED = gl.constexpr(1 << 30)  # a page size no sequence reaches: keys in one run
@@ -59,9 +59,7 @@ def load_keys(
 ):  # fmt: skip
     """The producer: the queries, then each block's keys and values."""
     STAGES: gl.constexpr = k.shape[0]
-    mbarrier.expect(q_ready, 2 * q_rows.block_type.nbytes)
-    tma.async_load(q_rows, [0, 0], q_ready, q.index(0))
-    tma.async_load(q_rows, [64, 0], q_ready, q.index(1))
+    load_queries(q_rows, q, q_ready)
     for j in range(blocks):
         stage = j % STAGES
         phase = (j // STAGES) & 1

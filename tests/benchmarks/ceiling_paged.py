@@ -10,7 +10,12 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
-from ntops_aot.kernels._lib.gluon_attention import attend_rows_0, attend_rows_1, shared_ring
+from ntops_aot.kernels._lib.gluon_attention import (
+    attend_rows_0,
+    attend_rows_1,
+    load_queries,
+    shared_ring,
+)
 
 ROWS = gl.constexpr(128)
 
@@ -22,9 +27,7 @@ def load_pages(
 ):  # fmt: skip
     """The producer: the queries, then each block's keys and values page by page."""
     STAGES: gl.constexpr = k.shape[0]
-    mbarrier.expect(q_ready, 2 * q_rows.block_type.nbytes)
-    tma.async_load(q_rows, [0, 0], q_ready, q.index(0))
-    tma.async_load(q_rows, [64, 0], q_ready, q.index(1))
+    load_queries(q_rows, q, q_ready)
     for j in range(blocks):
         stage = j % STAGES
         phase = (j // STAGES) & 1
