@@ -129,9 +129,7 @@ def _copies(page_size, key, value):
     if page_size == 0:
         dense = all(t.stride(0) == t.shape[1] * t.stride(1) for t in (key, value))
         return 64 if key.ndim == 3 or dense else 0
-    if page_size not in (16, 32, 64, 128, 256):
-        return 0
-    if not all(t.stride(0) == page_size * t.stride(1) for t in (key, value)):
+    if page_size not in (16, 32, 64, 128, 256) or not _in_a_row(page_size, key, value):
         return 0
     return 16 if page_size < 64 else 64
 
@@ -143,7 +141,13 @@ def _by_descriptor(page_size, key, value):
     row range of it). The kernel checks again what it needs per block of rows."""
     if page_size == 0:
         return True
-    return page_size % 64 == 0 and all(t.stride(0) == page_size * t.stride(1) for t in (key, value))
+    return page_size % 64 == 0 and _in_a_row(page_size, key, value)
+
+
+def _in_a_row(page_size, key, value):
+    """Whether the caches' pages follow each other: page p's keys are rows p * page_size
+    on of the cache seen as (pages * page_size, heads_kv, head_dim)."""
+    return all(t.stride(0) == page_size * t.stride(1) for t in (key, value))
 
 
 @fake(_OP)

@@ -26,7 +26,8 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 from .gluon_attention import attend_rows_lse_0, attend_rows_lse_1, load_queries, shared_ring
 
 ROWS = gl.constexpr(128)  # queries per program, as gluon_attention's
-UNPAGED = gl.constexpr(1 << 30)  # a page size no sequence reaches: keys in one run
+UNPAGED_SHIFT = gl.constexpr(30)  # log2 of a page size no sequence reaches:
+UNPAGED = gl.constexpr(1 << UNPAGED_SHIFT.value)  # keys in one run
 
 
 @gluon.jit
@@ -36,11 +37,11 @@ def load_block(
     """Block j of keys (or values) into `stage` once both consumer groups freed it, a TMA
     copy of `rows`' block of keys at a time: key `key` of the request is slot key % page
     of page key // page of its table row (pages of 2**shift keys; the entry clamped into
-    the table and the cache), or row start + key for keys in one run (shift 30). A page
+    the table and the cache), or row start + key for keys in one run (UNPAGED_SHIFT). A page
     holds whole copies, so a copy never crosses one."""
     SIZE: gl.constexpr = rows.block_type.shape[0]
     COPIES: gl.constexpr = buffers.shape[1] // SIZE
-    paged = shift < 30
+    paged = shift < UNPAGED_SHIFT
     mbarrier.wait(free.index(stage), phase ^ 1)
     mbarrier.expect(ready.index(stage), COPIES * rows.block_type.nbytes)
     for copy in gl.static_range(COPIES):
