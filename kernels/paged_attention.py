@@ -28,6 +28,7 @@ from ._lib import gluon_paged
 from ._lib.paged import (  # noqa: F401
     attend_block,
     attend_paged,
+    balanced_item,
     block_row,
     combine,
     finish,

@@ -64,6 +64,21 @@ _CHUNK_KEYS = 256
 _GRID_PER_SM = 16
 _FILL = 4
 _WORKSPACE_PROGRAMS = 8192
+# Decode batches whose tiles (key/value heads times blocks of rows) fill the
+# multiprocessors more than _BALANCED_FILL[0] and at most _BALANCED_FILL[1] times over
+# (batch 3 to 7 at 8 key/value heads on 132), of up to _BALANCED_BATCH requests (the
+# kernel's lanes), balance their keys over the grid in the kernel (kernels/_lib/paged.py's
+# balanced_item): parts of one size for the whole batch, at least _BALANCED_LEAST keys,
+# as many as whole waves of _PROGRAMS_PER_SM programs a multiprocessor take (the decode
+# kernel's at head_dim 128: 246 registers), twice the blocks of rows at least. H100
+# against FlashInfer, one run (GQA 32/8, pages of 16 and 64, uniform and skewed): batch
+# 3 to 7 0.89-1.00x split per request, 0.98-1.03x balanced; batch 2, 8 and 16 balanced
+# 0.91-1.00x against 0.98-1.05x split, batch 1 0.92-0.97x against 1.01-1.16x; batch 32
+# and 64 within 2% uniform, 4-6% slower with one long request among short ones.
+_BALANCED_FILL = (2, 6)
+_BALANCED_BATCH = 64
+_BALANCED_LEAST = 128
+_PROGRAMS_PER_SM = 2
 EXPORTS = ("flash_attn_varlen_func", "flash_attn_with_kvcache")
 
 
@@ -97,12 +112,35 @@ def _parts(heads_kv, units, capacity, device, num_splits):
     if num_splits > 1:
         parts = min(num_splits, _MOST_PARTS)
     if 4 * tiles < slots:
-        # Few tiles (batch 1 to 4 at 8 KV heads): parts of 128 keys or more, where 256
+        # Few tiles (batch 1 to 4 at 8 KV heads; from 3 on `_balanced` takes them):
+        # parts of 128 keys or more, where 256
         # left short requests too few programs (H100 against FlashInfer, one run: 447
         # keys 1.10x against 0.94-0.95x, 1500 keys 1.15-1.19x against 0.99-1.00x, 4770
         # keys within 1%; more tiles: no better, batch 256 1% worse).
         return parts, _CHUNK_KEYS // 2
     return parts, _CHUNK_KEYS * max(1, tiles // slots)
+
+
+def _balanced(heads_kv, units, batch, device, num_splits):
+    """A decode call's (parts, min_chunk) where the kernel balances its batch's keys
+    over the grid (`_BALANCED_BATCH`), or None: a grid of at least `target` programs a
+    key/value head, `target` whole waves of the multiprocessors and at least twice the
+    grid's blocks of rows (each block's parts round up), passed with the least part's
+    keys as min_chunk -(target << 16 | least)."""
+    if num_splits != 0 or batch > _BALANCED_BATCH:
+        return None
+    slots = _multiprocessors(
+        device.index if device.index is not None else torch.cuda.current_device()
+    )
+    low, high = _BALANCED_FILL
+    if not low * heads_kv * units < slots <= high * heads_kv * units:
+        return None
+    wave = max(1, _PROGRAMS_PER_SM * slots // heads_kv)
+    target = wave * -(-2 * units // wave)
+    parts = -(-target // units)
+    if heads_kv * units * parts > _WORKSPACE_PROGRAMS or target >= 1 << 15:
+        return None
+    return parts, -(target << 16 | _BALANCED_LEAST)
 
 
 def _prefill(page_size, key, value, tokens, batch, plain):
@@ -237,7 +275,8 @@ def _attend(
     max_q = packed_q.shape[0] if max_q < 0 else max_q
     parts, min_chunk = 1, 1 << 30
     if max_q <= DECODE_QUERIES:
-        parts, min_chunk = _parts(heads_kv, units, call.keys, query.device, num_splits)
+        balanced = _balanced(heads_kv, units, call.batch, query.device, num_splits)
+        parts, min_chunk = balanced or _parts(heads_kv, units, call.keys, query.device, num_splits)
     # The grid's shape, and the bucket: queries past DECODE_QUERIES are all prefill's.
     queries = min(max(max_q, 1), DECODE_QUERIES + 1)
     if queries > DECODE_QUERIES:

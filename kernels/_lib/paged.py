@@ -156,10 +156,27 @@ def attend_paged(
     columns_d = tl.arange(0, BLOCK_D)
     inside_d = columns_d < head_dim
     factor = scale * 1.4426950408889634
-    for step in tl.range(unit, row_blocks, units, num_stages=1):
+    first_step = unit
+    last_step = row_blocks
+    least = min_chunk
+    # The block's first partial-result slot: a balanced item's, or (-1) its tile's parts'.
+    slot = pid * 0 - 1
+    # Nested: the constexpr test keeps the branch out of the unsplit (prefill) kernels.
+    if MAX_PARTS > 1:  # noqa: SIM102
+        if min_chunk < 0:  # decode's work list balanced over the grid (`balanced_item`)
+            least = min_chunk * 0 + 1
+            block, part, parts, slot, go = balanced_item(
+                cu_q, k_starts, k_lens, -min_chunk, unit * parts + part, units * parts, kv_head,
+                batch, q_len, total_q, group, k_len, cumulative, packed_k, paged, page, pages,
+                rows_kv, appended, BLOCK_M, 64,
+            )  # fmt: skip
+            first_step = block
+            last_step = tl.where(go, block + 1, block)
+    for step in tl.range(first_step, last_step, units, num_stages=1):
         # Unsplit (prefill) blocks the last first: a request's last rows see the most
         # keys, and decodes beside a chunk see more than its rows (mixed batch 1.11x).
         block = row_blocks - 1 - step if MAX_PARTS == 1 else step
+        first_slot = tl.where(slot < 0, (block * heads_kv + kv_head) * parts, slot)
         b = request_of(cu_q, block, batch, q_len, group, BLOCK_M)
         q_first = tl.minimum(query_start(cu_q, b, q_len), total_q)
         q_end = tl.minimum(query_start(cu_q, b + 1, q_len), total_q)
@@ -170,13 +187,73 @@ def attend_paged(
         if local * BLOCK_M < q_count * group:
             attend_block(
                 q, o, k, v, kn, vn, k_starts, k_lens, table, lse, workspace, launch,
-                softcap, left, right, k_len, packed_k, cumulative, page, appended, min_chunk,
+                softcap, left, right, k_len, packed_k, cumulative, page, appended, least,
                 heads_kv, head_dim, blocks, pages, rows_kv, sq_t, sq_h, so_t, so_h, sk_a, sk_t,
                 sk_h, sv_a, sv_t, sv_h, skn_b, skn_t, skn_h, svn_b, svn_t, svn_h, st_b,
                 sl_b, sl_h, sl_t, q_len, factor, b, q_first, q_count, group, kv_head, rows,
-                live, local, block, part, parts, columns_d, inside_d, paged,
+                live, local, block, part, parts, first_slot, columns_d, inside_d, paged,
                 BLOCK_M, BLOCK_N, BLOCK_D, MAX_PARTS, TMA,
             )  # fmt: skip
+
+
+@triton.jit
+def balanced_item(
+    cu_q, k_starts, k_lens, code, item, items, kv_head, batch, q_len, total_q, group, k_len,
+    cumulative, packed_k, paged, page, pages, rows_kv, appended,
+    BLOCK_M: tl.constexpr, LANES: tl.constexpr,
+):  # fmt: skip
+    """Decode's work list, balanced over the grid as FlashInfer's plan balances it on
+    the host, here from the lengths in GPU memory: every block of rows of a batch of up
+    to LANES requests splits its keys into parts of one size, the least multiple of 16
+    keys (at least `least`) for which the batch's parts number at most `target` (the
+    launcher's `code`: target << 16 | least); the parts are numbered request by
+    request, block by block, and program `item` of the `items` a key/value head has
+    takes the one of its number. Returns that part's block (the grid's numbering),
+    part and parts, its first partial-result slot (the block's parts one after another,
+    `items` slots a key/value head), and whether there is one: (block, part, parts,
+    slot, go). The parts of a block cover at least its keys, so a block's span (its
+    rows' window) never needs more."""
+    target = code >> 16
+    least = code & 65535
+    lanes = tl.arange(0, LANES)
+    inside = lanes < batch
+    listed = inside & ((lanes * 0 + q_len) == 0)
+    first = tl.load(cu_q + lanes, mask=listed, other=0) + lanes * q_len
+    last = tl.load(cu_q + lanes + 1, mask=listed, other=0) + (lanes + 1) * q_len
+    first = tl.minimum(first, total_q)
+    queries = tl.maximum(tl.minimum(last, total_q) - first, 0)
+    rows = tl.where(inside, tl.cdiv(queries * group, BLOCK_M), 0)
+    read = inside & ((lanes * 0 + k_len) < 0)
+    counted = tl.load(k_lens + lanes + cumulative, mask=read, other=0) - tl.load(
+        k_lens + lanes, mask=read & ((lanes * 0 + cumulative) != 0), other=0
+    )
+    start = tl.load(k_starts + lanes, mask=inside & ((lanes * 0 + packed_k) != 0), other=0)
+    capacity = tl.where(paged, pages * page, tl.maximum(rows_kv - start, 0))
+    length = tl.where(read, counted, k_len)
+    keys = tl.where(inside, tl.minimum(tl.maximum(length, 0), capacity) + appended, 0)
+    # Parts of total / (target - blocks) keys always fit (a block's parts round up by
+    # less than one); the least that fits lies between that and total / target.
+    total = tl.sum(rows.to(tl.float32) * keys.to(tl.float32))
+    blocks = tl.sum(rows)
+    low = tl.maximum((least + 15) // 16, (total / target / 16).to(tl.int32))
+    high = (total / tl.maximum(target - blocks, 1) / 16).to(tl.int32) + 1
+    high = tl.minimum(tl.maximum(low, high), 1 << 26)
+    while low < high:
+        middle = (low + high) // 2
+        fits = tl.sum(rows * tl.maximum(tl.cdiv(keys, middle * 16), 1)) <= target
+        low = tl.where(fits, low, middle + 1)
+        high = tl.where(fits, middle, high)
+    parts = tl.maximum(tl.cdiv(keys, high * 16), 1)
+    counts = rows * parts
+    ends = tl.cumsum(counts, 0)
+    b = tl.sum((ends <= item).to(tl.int32))
+    mine = lanes == b
+    parts_b = tl.maximum(tl.sum(tl.where(mine, parts, 0)), 1)
+    begin = tl.sum(tl.where(mine, ends - counts, 0))
+    local = (item - begin) // parts_b
+    block = tl.sum(tl.where(mine, first, 0)) * group // BLOCK_M + b + local
+    slot = kv_head * items + begin + local * parts_b
+    return block, (item - begin) % parts_b, parts_b, slot, b < batch
 
 
 @triton.jit
@@ -186,11 +263,12 @@ def attend_block(
     heads_kv, head_dim, blocks, pages, rows_kv, sq_t, sq_h, so_t, so_h, sk_a, sk_t, sk_h,
     sv_a, sv_t, sv_h, skn_b, skn_t, skn_h, svn_b, svn_t, svn_h, st_b,
     sl_b, sl_h, sl_t, q_len, factor, b, q_first, q_count, group, kv_head, rows,
-    live, local, block, part, parts, columns_d, inside_d, paged,
+    live, local, block, part, parts, slot, columns_d, inside_d, paged,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     MAX_PARTS: tl.constexpr, TMA: tl.constexpr,
 ):  # fmt: skip
-    """One block of rows of request b (see attend_paged). TMA: the whole blocks of
+    """One block of rows of request b (see attend_paged), part `part` of its `parts`,
+    whose partial results go to slots `slot` on (`combine`). TMA: the whole blocks of
     keys load through tensor descriptors (`keys_by_descriptor`), for calls whose keys
     are not paged or lie in pages of a multiple of BLOCK_N keys that follow each other
     in the cache (the launcher's bucket; prefill is unsplit: a part's keys start at
@@ -346,7 +424,8 @@ def attend_block(
                     accumulator, running_max, running_sum, workspace, launch, o_request,
                     lse_request, local * BLOCK_M, tl.minimum(q_count * group - local * BLOCK_M,
                     BLOCK_M), group, kv_head, so_t, so_h, sl_h, sl_t, head_dim,
-                    block * heads_kv + kv_head, part, parts, used, BLOCK_M, BLOCK_D, MAX_PARTS,
+                    block * heads_kv + kv_head, slot + part, slot, used, BLOCK_M, BLOCK_D,
+                    MAX_PARTS,
                 )  # fmt: skip
             else:
                 finish(accumulator, running_max, running_sum, o_rows, lse_rows, live, inside_d)
@@ -413,11 +492,12 @@ def finish(accumulator, running_max, running_sum, o_rows, lse_rows, live, inside
 @triton.jit
 def combine(
     accumulator, running_max, running_sum, workspace, launch, o_request, lse_request,
-    first_row, live_rows, group, kv_head, so_t, so_h, sl_h, sl_t, head_dim, tile, part,
-    parts, used, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, MAX_PARTS: tl.constexpr,
+    first_row, live_rows, group, kv_head, so_t, so_h, sl_h, sl_t, head_dim, tile, own,
+    first_slot, used, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, MAX_PARTS: tl.constexpr,
 ):  # fmt: skip
     """Split keys: leave this part's maximum, sum and accumulator of each row in the
-    workspace; the last of the `used` parts to arrive rescales every part's to their
+    workspace (partial-result slot `own`; the tile's parts' from `first_slot` on, one
+    after another); the last of the `used` parts to arrive rescales every part's to their
     common maximum and stores the rows (the block's `live_rows` from `first_row` of the
     request's rows). Every part's partial results of a few rows come in one round of
     loads: a loop over the parts waited on L2 once per part (11 of a batch-1 decode's
@@ -430,14 +510,14 @@ def combine(
     size = BLOCK_M * (2 + BLOCK_D)
     columns = tl.arange(0, BLOCK_D)
     inside = columns < head_dim
-    mine = partials + (tile.to(tl.int64) * parts + part) * size
+    mine = partials + own.to(tl.int64) * size
     leave_rows(mine, accumulator, running_max, running_sum, live_rows, inside, BLOCK_M, BLOCK_D)
     if arrive(slot, launch) == used:
         # Rounds of parts and cells as merged_rows' docstring gives them.
         ROUND: tl.constexpr = 32 if MAX_PARTS > 32 else MAX_PARTS
         CELLS: tl.constexpr = 16384 if ROUND > 16 else 8192
         ROWS: tl.constexpr = CELLS // (ROUND * BLOCK_D) if ROUND * BLOCK_D < CELLS else 1
-        first = partials + tile.to(tl.int64) * parts * size
+        first = partials + first_slot.to(tl.int64) * size
         for chunk in tl.range(0, live_rows, ROWS, num_stages=1):
             rows = chunk + tl.arange(0, ROWS)
             result, shift, total = merged_rows(

@@ -226,3 +226,42 @@ def interpreted(make):
     )  # fmt: skip
     torch.testing.assert_close(out.float(), want.float(), rtol=1e-2, atol=1e-2)
     torch.testing.assert_close(lse, want_lse, rtol=1e-3, atol=1e-3)
+    _split_decode(make)
+
+
+def _split_decode(make):
+    """Split decode under Triton's interpreter (fp16, head_dim 64, 16-key blocks, up to
+    8 parts): a GQA batch of ragged lengths (none, short, long) over a paged cache, its
+    keys split per request (the grid's parts, min_chunk keys at least) and balanced over
+    the batch (kernels/_lib/paged.py's balanced_item: min_chunk -(target << 16 |
+    least)), one or two queries a request, against the dense reference."""
+    half, dim, heads_kv, group, page, parts = torch.float16, 64, 2, 4, 8, 8
+    kernel = make(
+        "paged_attention", 3, "fp16", head_dim="64", block_size_m=16, block_size_n=16,
+        block_size_d=64, parts=parts, workspace=1 << 20,
+    )  # fmt: skip
+    torch.manual_seed(1)
+    lengths = torch.tensor([0, 5, 150, 33, 90], dtype=torch.int32)
+    batch, width = len(lengths), 20
+    caches = [torch.randn(batch * width, page, heads_kv, dim, dtype=half) for _ in "kv"]
+    table = torch.randperm(batch * width, dtype=torch.int32).view(batch, width)
+    for q_len, grid_parts, min_chunk in (
+        (1, 4, 16),
+        (2, 8, 32),
+        (1, 3, -(9 << 16 | 16)),
+        (2, 4, -(14 << 16 | 32)),
+    ):
+        query = torch.randn(batch * q_len, heads_kv * group, dim, dtype=half)
+        want, want_lse = reference(
+            query.view(batch, q_len, heads_kv * group, dim), *caches, None, lengths,
+            block_table=table, causal=True,
+        )  # fmt: skip
+        out, lse = torch.empty_like(query), torch.empty(batch, heads_kv * group, q_len)
+        units = batch * q_len * group // 16 + batch
+        plan = torch.zeros((), dtype=half).expand(heads_kv, units, grid_parts, q_len)
+        kernel(
+            plan, out, query, *caches, *caches, lengths, lengths, lengths, table, lse,
+            1 / math.sqrt(dim), 0.0, -1, 0, q_len, -1, 0, 0, page, 0, min_chunk, batch,
+        )  # fmt: skip
+        torch.testing.assert_close(out.view(want.shape).float(), want.float(), rtol=1e-2, atol=1e-2)
+        torch.testing.assert_close(lse, want_lse, rtol=1e-3, atol=1e-3)

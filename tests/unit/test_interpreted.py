@@ -97,7 +97,7 @@ def maker(build_dir, allowed=None):
     import ninetoothed
     import triton.runtime.interpreter
 
-    def make(op, ndim, dtype="fp32", **options):
+    def make(op, ndim, dtype="fp32", workspace=1, **options):
         if allowed and op not in allowed:
             raise AssertionError(f"{op}: name it among the ops of this check's interpreted(...)")
         make.made.add(op)
@@ -116,11 +116,12 @@ def maker(build_dir, allowed=None):
         _keep_constexprs(kernel._kernel)
         # Constexpr tensors (a configuration's choices) are passed last, by value; what
         # the launcher gives (a workspace for split configurations, the launch's id)
-        # as a small dummy and a 1.
+        # as `workspace` int32 words (a small dummy unless a check splits) and a 1.
         constants = [tensor.value for tensor in tensors if tensor.constexpr]
         names = application.__code__.co_varnames[: application.__code__.co_argcount]
         space = registry[op].module.SPACE
-        given = {space.workspace: torch.zeros(1, dtype=torch.int32), space.launch_id: 1}
+        words = torch.zeros(workspace, dtype=torch.int32)
+        given = {space.workspace: words, space.launch_id: 1}
         given = {names.index(name): value for name, value in given.items() if name}
 
         def call(*args):

@@ -54,6 +54,31 @@ def test_decode_splits_follow_from_shapes(installed, monkeypatch, heads_kv, unit
     assert runtime._parts(heads_kv, units, capacity, device, splits) == expected
 
 
+@pytest.mark.parametrize(
+    ("heads_kv", "units", "batch", "splits", "expected"),
+    [
+        (8, 5, 4, 0, (7, -(33 << 16 | 128))),  # batch 4: one wave of 33 a head, 128 keys least
+        (8, 8, 7, 0, (5, -(33 << 16 | 128))),  # batch 7
+        (8, 10, 8, 0, None),  # batch 8: tiles fill the multiprocessors more than 4 times
+        (8, 3, 3, 0, (11, -(33 << 16 | 128))),  # batch 3
+        (8, 2, 2, 0, None),  # batch 2: more than 6 times (the few tiles' 128-key parts)
+        (8, 5, 4, 5, None),  # num_splits given
+        (1, 80, 65, 0, None),  # past the kernel's 64 lanes
+        (2, 20, 5, 0, (7, -(132 << 16 | 128))),  # 2 key/value heads, 4 queries of 16 heads
+    ],
+)
+def test_decode_balances_from_shapes(installed, monkeypatch, heads_kv, units, batch, splits,
+                                     expected):  # fmt: skip
+    """Balanced decode (kernels/_lib/paged.py's balanced_item) where the tiles fill the
+    multiprocessors 2 to 6 times over: a grid of whole waves of 2 programs a
+    multiprocessor, at least twice the blocks of rows, with the target coded into
+    min_chunk."""
+    runtime = installed._flash_attn
+    monkeypatch.setattr(runtime, "_multiprocessors", lambda index: 132)
+    device = torch.device("cuda", 0)
+    assert runtime._balanced(heads_kv, units, batch, device, splits) == expected
+
+
 def test_long_prefills_the_gluon_kernel_does_take_its_buckets(installed):
     """Requests of 512 queries each on average whose call has no window, softcap or
     appended entries: the Gluon kernel's buckets, copies of 16 keys over pages of 16 and
