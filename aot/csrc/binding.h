@@ -101,6 +101,7 @@ void nt_not_built(const nt_state *s, int capability); /* what the wheel has inst
 /* reading.c */
 int nt_read_args(nt_state *s, PyObject *const *args, Py_ssize_t nargs);
 int nt_read_tensor(nt_state *s, int arg, PyObject *object);
+int nt_read_plain(PyObject *object, nt_tensor *t); /* -1, nothing raised: not readable so */
 /* Output `a` written through a new tensor like `given` (empty_like with `kwargs`),
  * copied back by nt_write_back; returns 1, or -1 on error. */
 int nt_redirect(nt_state *s, int a, PyObject *given, PyObject *kwargs);

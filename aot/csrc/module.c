@@ -100,6 +100,59 @@ static PyObject *nt_py_overrides_dispatch(PyObject *self, PyObject *type) {
     return PyBool_FromLong(dispatch);
 }
 
+/* Equal strides wherever `t` has more than one index (a size-1 dim's is never used). */
+static int nt_strides_agree(const nt_tensor *t, const nt_tensor *other) {
+    for (int d = 0; d < t->ndim; d++)
+        if (t->size[d] != 1 && t->stride[d] != other->stride[d])
+            return 0;
+    return 1;
+}
+
+/* Whether `slot` is the last positions of the (batch, heads, seq, head_dim) `cache`,
+ * `present` the same dtype and device as it, at most `most` of them. */
+static int nt_is_tail(const nt_tensor *cache, const nt_tensor *present, const nt_tensor *slot,
+                      long long most) {
+    if (cache->ndim != 4 || slot->ndim != 4 || present->ndim != 4)
+        return 0;
+    int64_t appended = slot->size[2];
+    int64_t bits = cache->dtype_key >> 8 & 0xff; /* the exchange API's dtype key */
+    return appended > 0 && appended <= most && appended <= cache->size[2] &&
+           slot->size[0] == cache->size[0] && slot->size[1] == cache->size[1] &&
+           slot->size[3] == cache->size[3] && nt_strides_agree(slot, cache) &&
+           present->dtype_key == cache->dtype_key && present->cuda == cache->cuda &&
+           present->device == cache->device &&
+           slot->pointer == cache->pointer + (uint64_t)((cache->size[2] - appended) *
+                                                        cache->stride[2] * (bits / 8));
+}
+
+/* tail_entries(key, value, present_key, present_value, key_slot, value_slot, most) ->
+ * how many new KV-cache entries a decode attention launch writes itself: the slots'
+ * positions where they are the caches' last (at most `most`) and the new entries agree
+ * (_attention.py's _present); 0 where not; -1 where a tensor cannot be read here (not a
+ * plain torch.Tensor, or one the exchange API declines): the caller checks in Python. */
+static PyObject *nt_py_tail_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 7)
+        return PyErr_Format(PyExc_TypeError, "tail_entries takes 7 arguments, got %zd", nargs);
+    long long most = PyLong_AsLongLong(args[6]);
+    if (most == -1 && PyErr_Occurred())
+        return NULL;
+    if (nt_torch_init())
+        return NULL;
+    nt_tensor t[6];
+    for (int a = 0; a < 6; a++)
+        if (nt_read_plain(args[a], &t[a]))
+            return PyLong_FromLong(-1);
+    const nt_tensor *key = &t[0], *value = &t[1], *present_key = &t[2], *present_value = &t[3];
+    int same = present_key->ndim == present_value->ndim;
+    for (int d = 0; same && d < present_key->ndim; d++)
+        same = present_key->size[d] == present_value->size[d];
+    int fused = same && nt_strides_agree(present_key, present_value) &&
+                nt_is_tail(key, present_key, &t[4], most) &&
+                nt_is_tail(value, present_value, &t[5], most);
+    return PyLong_FromLongLong(fused ? t[4].size[2] : 0);
+}
+
 /* increment_versions(tensors) -> None: the tensors' autograd version counters move, as
  * a launch that writes them moves them */
 static PyObject *nt_py_increment_versions(PyObject *self, PyObject *tensors) {
@@ -128,6 +181,9 @@ static PyMethodDef nt_methods[] = {
      "last_kernel()\n--\n\nId of the kernel this thread launched last, or None."},
     {"overrides_dispatch", nt_py_overrides_dispatch, METH_O,
      "overrides_dispatch(type)\n--\n\nWhether a tensor type overrides __torch_dispatch__."},
+    {"tail_entries", (PyCFunction)(void (*)(void))nt_py_tail_entries, METH_FASTCALL,
+     "tail_entries(key, value, present_key, present_value, key_slot, value_slot, most)\n--\n\n"
+     "New KV-cache entries a decode attention launch writes itself (0: none; -1: ask Python)."},
     {"increment_versions", nt_py_increment_versions, METH_O,
      "increment_versions(tensors)\n--\n\nMove the version counters of a tuple of tensors."},
     {NULL, NULL, 0, NULL},

@@ -206,6 +206,65 @@ static int nt_read_scalar(nt_state *s, int a, PyObject *object) {
     return PyErr_Occurred() ? -1 : 0;
 }
 
+/* A view of argument `a`'s tensor (read as given), as its wrapper names it instead of
+ * making a torch view (as_strided costs a microsecond or more a call): (tensor, sizes,
+ * dims), each of the view's dims `sizes[i]` long with stride `dims[i][1]` times the
+ * tensor's stride of dim `dims[i][0]` (-1: stride 0, a broadcast). Read through the
+ * tensor's own strides, so the view holds for a resolved copy too; refused unless every
+ * element lies within the tensor's. */
+static int nt_read_view(nt_state *s, int a, PyObject *spec) {
+    nt_tensor *t = &s->request.tensor[a];
+    PyObject *sizes = PyTuple_GetItem(spec, 1), *dims = PyTuple_GetItem(spec, 2);
+    int ndim = sizes != NULL && PyTuple_Check(sizes) ? (int)PyTuple_Size(sizes) : -1;
+    if (ndim < 0 || ndim > NT_MAX_DIMS || dims == NULL || !PyTuple_Check(dims) ||
+        PyTuple_Size(dims) != ndim) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s: %s: a view is (tensor, sizes, dims) of at most %d dims",
+                     s->request.group->op, s->request.group->args[a].name, NT_MAX_DIMS);
+        return -1;
+    }
+    int64_t size[NT_MAX_DIMS], stride[NT_MAX_DIMS], reach = 0, held = 0;
+    int empty = 0, none = 0;
+    for (int d = 0; d < t->ndim; d++) {
+        none |= t->size[d] == 0;
+        held += (t->size[d] - 1) * t->stride[d];
+    }
+    for (int d = 0; d < ndim; d++) {
+        PyObject *dim = PyTuple_GetItem(dims, d);
+        long long of = -2, times = -1;
+        size[d] = PyLong_AsLongLong(PyTuple_GetItem(sizes, d));
+        if (dim != NULL && PyTuple_Check(dim) && PyTuple_Size(dim) == 2) {
+            of = PyLong_AsLongLong(PyTuple_GetItem(dim, 0));
+            times = PyLong_AsLongLong(PyTuple_GetItem(dim, 1));
+        }
+        if (PyErr_Occurred() || size[d] < 0 || of < -1 || of >= t->ndim || times < 0) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "%s: %s: view dim %d is not (size >= 0, (dim, times))",
+                         s->request.group->op, s->request.group->args[a].name, d);
+            return -1;
+        }
+        stride[d] = of < 0 ? 0 : times * t->stride[of];
+        empty |= size[d] == 0;
+        reach += (size[d] - 1) * stride[d];
+    }
+    if (!empty && (none || reach > held)) {
+        PyErr_Format(PyExc_ValueError, "%s: %s: the view reaches past its tensor",
+                     s->request.group->op, s->request.group->args[a].name);
+        return -1;
+    }
+    t->ndim = ndim;
+    for (int d = 0; d < ndim; d++) {
+        t->size[d] = size[d];
+        t->stride[d] = stride[d];
+    }
+    return 0;
+}
+
+/* Whether argument `a` comes as a view (tensor, sizes, dims): nt_read_view's. */
+static int nt_is_view(PyObject *object) {
+    return PyTuple_Check(object) && PyTuple_Size(object) == 3;
+}
+
 int nt_read_args(nt_state *s, PyObject *const *args, Py_ssize_t nargs) {
     const nt_group *g = s->request.group;
     if (nargs != g->num_args) {
@@ -225,9 +284,25 @@ int nt_read_args(nt_state *s, PyObject *const *args, Py_ssize_t nargs) {
             if (nt_read_scalar(s, a, args[a]))
                 return -1;
         } else if (args[a] != Py_None || !(g->args[a].flags & NT_OUTPUT)) {
-            if (nt_read_tensor(s, a, args[a]))
+            PyObject *tensor = nt_is_view(args[a]) ? PyTuple_GetItem(args[a], 0) : args[a];
+            if (nt_read_tensor(s, a, tensor))
                 return -1;
         }
     }
+    /* Views last: a call that falls back to torch's Python API reads its tensors again. */
+    for (int a = 0; a < g->num_args; a++)
+        if ((g->args[a].flags & NT_TENSOR) && nt_is_view(args[a]) && nt_read_view(s, a, args[a]))
+            return -1;
     return 0;
+}
+
+/* A plain torch.Tensor read through the exchange API, or -1 (nothing raised) where it
+ * cannot be: another type, no exchange API, a tensor it declines. */
+int nt_read_plain(PyObject *object, nt_tensor *t) {
+    if (Py_TYPE(object) != (PyTypeObject *)nt_torch.tensor_type || nt_torch.api == NULL)
+        return -1;
+    if (nt_read_dlpack(nt_torch.api, object, t) == 0)
+        return 0;
+    PyErr_Clear();
+    return -1;
 }

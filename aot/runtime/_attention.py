@@ -12,6 +12,7 @@ from ._errors import NotBuiltError
 from ._library import fake, increment_versions, routed
 
 _launch = _C.launch
+tail_entries = _C.tail_entries
 _SWITCHES = _ops.SWITCHES["scaled_dot_product_attention"]
 _HEAD_DIMS = tuple(int(head_dim) for head_dim in _SWITCHES["head_dim"])
 # kernels/scaled_dot_product_attention.py's MASKS: causal, a bool or a float tensor (no
@@ -154,7 +155,14 @@ def _present(queries, key, value, present_key, present_value, key_slot, value_sl
     gets none (prefill kernels write no cache: the Gluon one does not)."""
     if present_key is None and present_value is None:
         return key, value, 0
-    if (
+    fused = -1
+    if queries <= _FUSED_ENTRIES and present_key is not None and present_value is not None:
+        fused = tail_entries(
+            key, value, present_key, present_value, key_slot, value_slot, _FUSED_ENTRIES
+        )
+    if fused > 0:
+        return present_key, present_value, fused
+    if fused < 0 and (  # tensors the launcher's reader declines: the same rules here
         queries <= _FUSED_ENTRIES
         and present_key is not None
         and present_value is not None
@@ -224,13 +232,14 @@ def scaled_dot_product_attention(
         increment_versions((key, value))
     out = query.new_empty(query.shape)
     # The kernels see the result as (batch, heads_kv, group * seq_q, head_dim): the rows
-    # of the query heads that share a key/value head, one after another.
-    rows = out.view(batch, heads_kv, heads_q // heads_kv * seq_q, head_dim)
+    # of the query heads that share a key/value head, one after another (a view the
+    # launcher makes of the new, contiguous result).
+    group = heads_q // heads_kv
+    rows = (out, (batch, heads_kv, group * seq_q, head_dim), ((0, 1), (1, group), (2, 1), (3, 1)))
     if is_causal:
         lower_right = int(causal_variant or CausalVariant.UPPER_LEFT) == CausalVariant.LOWER_RIGHT
-        group = _SDPA[head_dim, _CAUSAL]
         offset = seq_kv - seq_q if lower_right else 0
-        _launch(group, rows, query, key, value, *present, scale, offset)
+        _launch(_SDPA[head_dim, _CAUSAL], rows, query, key, value, *present, scale, offset)
     elif mask is None:  # every key below the diagonal: the unmasked loop
         _launch(_SDPA[head_dim, _CAUSAL], rows, query, key, value, *present, scale, seq_kv)
     else:

@@ -9,6 +9,11 @@ from ._library import fake, routed
 
 _launch = _C.launch
 _ROPE = check.groups("rotary_position_embedding")[()]
+# The launcher's views (`_C.launch`'s (tensor, sizes, dims): each dim's stride as the
+# tensor's stride of a dim times a factor, -1 for none) of input and out, whose pairs
+# are interleaved or halves, and of the tables, broadcast over batch and heads.
+_INTERLEAVED = ((0, 1), (1, 1), (2, 1), (3, 2), (3, 1))
+_TABLE = ((-1, 0), (0, 1), (-1, 0), (1, 1), (-1, 0))
 
 
 def rope_shapes(input, sin_table, cos_table):
@@ -20,7 +25,7 @@ def rope_shapes(input, sin_table, cos_table):
         )
     seq, half = input.shape[1], input.shape[3] // 2
     for name, table in (("sin_table", sin_table), ("cos_table", cos_table)):
-        if tuple(table.shape) != (seq, half):
+        if table.shape != (seq, half):
             raise ValueError(
                 f"{op}: {name} must be (seq, head_dim / 2) = {[seq, half]}, got {list(table.shape)}"
             )
@@ -43,21 +48,17 @@ def rotary_position_embedding(input, sin_table, cos_table, interleaved=True, inp
         check.tensor(op, name, tensor)
     rope_shapes(input, sin_table, cos_table)
     batch, seq, heads, head_dim = input.shape
-    half = head_dim // 2
-
-    # The pairs and the tables' broadcast as strided views, one call each: unflatten,
-    # indexing and expand took three times the host time.
-    def pairs(tensor):
-        *outer, unit = tensor.stride()
-        inner = (2 * unit, unit) if interleaved else (unit, half * unit)
-        return tensor.as_strided((batch, seq, heads, half, 2), (*outer, *inner))
-
-    def expanded(table):
-        rows, columns = table.stride()
-        return table.as_strided((batch, seq, heads, half, 2), (0, rows, 0, columns, 0))
-
     out = input if inplace else torch.empty_like(input)
-    _launch(_ROPE, pairs(input), expanded(sin_table), expanded(cos_table), pairs(out))
+    # The pairs and the tables' broadcast as views the launcher makes (as_strided,
+    # unflatten and expand cost more host time than the launch): (batch, seq, heads,
+    # head_dim / 2, 2), the pair's two elements 1 or head_dim / 2 apart.
+    half = head_dim // 2
+    shape = (batch, seq, heads, half, 2)
+    pairs = _INTERLEAVED if interleaved else ((0, 1), (1, 1), (2, 1), (3, 1), (3, half))
+    _launch(
+        _ROPE, (input, shape, pairs), (sin_table, shape, _TABLE), (cos_table, shape, _TABLE),
+        (out, shape, pairs),
+    )  # fmt: skip
     return out
 
 

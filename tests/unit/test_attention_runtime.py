@@ -8,11 +8,17 @@ H = torch.float16
 
 
 @pytest.mark.parametrize("batch", [1, 2])
-def test_a_decode_steps_cache_entries_ride_on_the_attention_launch(installed, batch):
+@pytest.mark.parametrize("rules", ["native", "python"])
+def test_a_decode_steps_cache_entries_ride_on_the_attention_launch(
+    installed, monkeypatch, batch, rules
+):
     """Where the slots are the attended caches' last few positions, the attention kernel
     gets the new entries to write (nothing is copied here), in the layout a fused QKV
     projection's views have: their size-1 dims' strides differ. Other slots, more than
-    16 entries or queries and other dtypes are copied before the launch."""
+    16 entries or queries and other dtypes are copied before the launch. The launcher
+    decides (`_C.tail_entries`), or Python where it cannot read the tensors (-1)."""
+    if rules == "python":
+        monkeypatch.setattr(installed._attention, "tail_entries", lambda *args: -1)
     present = installed._attention._present
     heads_kv, head_dim, position = 2, 64, 40
 
@@ -52,3 +58,18 @@ def test_a_decode_steps_cache_entries_ride_on_the_attention_launch(installed, ba
     new_k, new_v, caches, visible, slots = step(1)
     assert present(17, *visible, new_k, new_v, *slots)[2] == 0
     assert torch.equal(caches[0][:, :, position : position + 1], new_k)
+
+
+def test_the_launchers_tail_rule_reads_only_plain_tensors(installed):
+    """`_C.tail_entries` says -1 (Python decides) for a tensor it does not read itself,
+    and counts the entries of a tail slot."""
+    from tests.subclasses import Wrapper
+
+    cache = torch.zeros(1, 2, 10, 64, dtype=H)
+    new = torch.randn(1, 2, 1, 64, dtype=H)
+    slot = cache[:, :, 9:]
+    tail = installed._C.tail_entries
+    assert tail(cache, cache, new, new, slot, slot, 16) == 1
+    assert tail(cache, cache, new, new, cache[:, :, 8:9], slot, 16) == 0  # not the last
+    assert tail(cache, cache, new, new, slot, slot, 0) == 0  # more than `most`
+    assert tail(cache, cache, Wrapper(new), new, slot, slot, 16) == -1

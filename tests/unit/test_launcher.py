@@ -415,3 +415,35 @@ def test_each_function_passes_its_kernel_the_constant_it_binds(installed):
     for code, name in enumerate(("eq", "ne", "lt", "le", "gt", "ge")):
         function = source[source.index(f"\ndef {name}(") :].split("\ndef ")[1]
         assert f"input, other, {code}, out)" in function, name
+
+
+def test_views_the_launcher_makes_plan_as_torch_views_do(plan):
+    """A view given as (tensor, sizes, dims), each dim's stride a factor of one of the
+    tensor's (rotary's pairs and broadcast tables, attention's rows), plans the launch
+    its torch view plans: here a transposed slice, a broadcast row and pairs."""
+    x = torch.randn(8, 6, dtype=H)[:, :4]
+    y = torch.randn(4, dtype=H)
+    out = torch.empty(4, 2, 4, dtype=H)
+    viewed = add(
+        plan, (x, (4, 2, 4), ((1, 1), (0, 4), (0, 1))), (y, (4, 2, 4), ((0, 1), (-1, 0), (-1, 0))),
+        (out, (4, 2, 4), ((0, 1), (1, 1), (2, 1))),
+    )  # fmt: skip
+    strided = add(
+        plan, x.as_strided((4, 2, 4), (1, 24, 6)), y.as_strided((4, 2, 4), (1, 0, 0)), out
+    )
+    assert viewed == strided
+
+
+def test_views_past_their_tensor_or_malformed_are_refused(plan):
+    x, y, out = (torch.randn(4, 8, dtype=H) for _ in range(3))
+    whole = ((0, 1), (1, 1))
+    with pytest.raises(ValueError, match="reaches past"):
+        add(plan, (x, (4, 8), ((0, 1), (1, 2))), y, out)  # every other column
+    with pytest.raises(ValueError, match="reaches past"):
+        add(plan, x, (y, (5, 8), whole), out)
+    with pytest.raises(TypeError, match="a view is"):
+        add(plan, (x, (4, 8), whole[:1]), y, out)
+    with pytest.raises(TypeError, match="view dim 1"):
+        add(plan, (x, (4, 8), ((0, 1), (2, 1))), y, out)  # no dim 2
+    with pytest.raises(TypeError, match="view dim 0"):
+        add(plan, (x, (-4, 8), whole), y, out)
