@@ -124,6 +124,7 @@ int nt_warn_ptx(const nt_device *device, const nt_kernel *kernel);
 PyObject *nt_py_launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *nt_py_plan(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *nt_py_last_kernel(PyObject *self, PyObject *unused);
+PyObject *nt_py_phases(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 /* debug.c */
 PyObject *nt_py_candidate(PyObject *self, PyObject *arg);

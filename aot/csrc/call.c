@@ -4,6 +4,7 @@
  * driver layer); plan() goes as far as the choice, for a device of any capability,
  * without one. */
 #include <stdatomic.h>
+#include <time.h>
 
 #include "binding.h"
 
@@ -242,4 +243,124 @@ PyObject *nt_py_last_kernel(PyObject *self, PyObject *unused) {
     if (nt_last_kernel == NULL)
         Py_RETURN_NONE;
     return PyUnicode_FromString(nt_last_kernel->id);
+}
+
+/* Nanoseconds now, for _phases. */
+static int64_t nt_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+enum {
+    NT_P_READ,
+    NT_P_CHECK,
+    NT_P_SHAPES,
+    NT_P_ALLOCATE,
+    NT_P_LAYOUT,
+    NT_P_CHOOSE,
+    NT_P_STREAM,
+    NT_P_LAUNCH,
+    NT_P_AFTER,
+    NT_PHASES
+};
+static const char *const nt_phase_names[NT_PHASES] = {
+    "read", "check", "shapes", "allocate", "layout", "choose", "stream", "launch", "after"};
+
+/* _phases(group, repeats, *args) -> {phase: mean ns}: launch(group, *args) `repeats`
+ * times, timing each step of the path launch() takes (reading the tensors, checking
+ * devices, dtypes and writes, shapes, allocating outputs, layout, choosing the kernel,
+ * the stream and module lookup, the launch, write-back and versions), for host-cost
+ * work; no output is returned. */
+PyObject *nt_py_phases(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs < 2)
+        return PyErr_Format(PyExc_TypeError, "_phases(group, repeats, *args)");
+    const nt_group *group = nt_group_arg(args[0]);
+    long repeats = PyLong_AsLong(args[1]);
+    if (group == NULL || (repeats == -1 && PyErr_Occurred()) || nt_torch_init())
+        return NULL;
+    int64_t spent[NT_PHASES] = {0};
+    for (long n = 0; n < repeats; n++) {
+        nt_state s;
+        nt_state_init(&s, group, 0);
+        nt_request *r = &s.request;
+        int64_t t = nt_now(), u;
+        int failed = 1;
+#define NT_PHASE(p)                                                                                \
+    do {                                                                                           \
+        u = nt_now();                                                                              \
+        spent[p] += u - t;                                                                         \
+        t = u;                                                                                     \
+    } while (0)
+        if (nt_read_args(&s, args + 2, nargs - 2))
+            goto done;
+        NT_PHASE(NT_P_READ);
+        if (nt_check_devices_and_dtypes(&s) || nt_check_writes(&s))
+            goto done;
+        NT_PHASE(NT_P_CHECK);
+        if (nt_check_shapes(r)) {
+            nt_raise(&r->error);
+            goto done;
+        }
+        NT_PHASE(NT_P_SHAPES);
+        if (nt_allocate_outputs(&s))
+            goto done;
+        NT_PHASE(NT_P_ALLOCATE);
+        if (nt_layout(r)) {
+            nt_raise(&r->error);
+            goto done;
+        }
+        NT_PHASE(NT_P_LAYOUT);
+        const char *what = "";
+        const nt_device *device;
+        CUresult result = nt_driver_load(&what);
+        if (result == CUDA_SUCCESS)
+            result = nt_device_get(r->call.device, &device, &what);
+        if (result != CUDA_SUCCESS) {
+            nt_cuda_fail(group->op, "loading the CUDA driver", what, result);
+            goto done;
+        }
+        r->call.capability = device->capability;
+        r->call.multiprocessors = device->multiprocessors;
+        r->call.launch = nt_next_launch();
+        uint32_t index;
+        if (!nt_select(r, device->arches, device->num_arches, &index)) {
+            nt_not_built(&s, device->capability);
+            goto done;
+        }
+        const nt_kernel *kernel = &nt_kernels[index];
+        int64_t grid = kernel->grid(&r->call);
+        NT_PHASE(NT_P_CHOOSE);
+        CUstream stream;
+        CUfunction function;
+        if (nt_current_stream(r->call.device, &stream) || nt_loaded(r, device, index, &function))
+            goto done;
+        NT_PHASE(NT_P_STREAM);
+        if (grid > 0 && grid <= INT32_MAX) {
+            result = nt_launch_call(device, kernel, function, grid, stream, &r->call, &what);
+            if (result != CUDA_SUCCESS) {
+                nt_cuda_fail(group->op, kernel->id, what, result);
+                goto done;
+            }
+        }
+        NT_PHASE(NT_P_LAUNCH);
+        if (nt_write_back(&s) || nt_bump_versions(&s))
+            goto done;
+        NT_PHASE(NT_P_AFTER);
+#undef NT_PHASE
+        failed = 0;
+    done:
+        nt_release(&s);
+        if (failed)
+            return NULL;
+    }
+    PyObject *result = PyDict_New();
+    for (int p = 0; result != NULL && p < NT_PHASES; p++) {
+        PyObject *value = PyFloat_FromDouble(repeats > 0 ? (double)spent[p] / repeats : 0.0);
+        if (value == NULL || PyDict_SetItemString(result, nt_phase_names[p], value))
+            Py_CLEAR(result);
+        Py_XDECREF(value);
+    }
+    return result;
 }

@@ -66,15 +66,82 @@ static CUresult nt_launch(const nt_kernel *kernel, CUfunction function, uint32_t
                       function, params, NULL);
 }
 
-/* Memory for one launch (global scratch, workspace), stream-ordered: from the device's
- * pool, or (while the stream is being captured into a CUDA graph) a graph
- * allocation. Freed with cuMemFreeAsync after the launch is enqueued. */
+/* Launch memory kept between launches, by device and stream: a stream runs its
+ * launches one after another, so the next launch on it may take the last one's memory
+ * without an allocation and a free (two driver calls, 1.5-2 us of a split decode's
+ * host time on an H100's host). Up to NT_KEPT_BYTES a block, NT_KEPT blocks (the
+ * least recently used given back, freed on its own stream). Outside graph capture only;
+ * streams are assumed not to be destroyed while their launches run and their handle
+ * given to another (torch's never are: it pools them, and so assumes its allocator). */
+#define NT_KEPT 16
+#define NT_KEPT_BYTES ((size_t)4 << 20)
+
+typedef struct {
+    const nt_device *device;
+    CUstream stream;
+    CUdeviceptr base;
+    size_t bytes;
+    uint64_t used; /* when last taken, for the least recently used */
+} nt_kept_block;
+
+static nt_kept_block nt_kept[NT_KEPT];
+static uint64_t nt_kept_clock;
+static pthread_mutex_t nt_kept_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The stream's kept block of at least `bytes` (*kept 1), or none (*kept 0: every block
+ * is another device's). A block too small, or the least recently used one of this
+ * device's, is freed on its stream and allocated anew. */
+static CUresult nt_kept_take(const nt_device *device, CUstream stream, size_t bytes,
+                             CUdeviceptr *pointer, int *kept, const char **what) {
+    CUresult result = CUDA_SUCCESS;
+    pthread_mutex_lock(&nt_kept_lock);
+    nt_kept_block *block = NULL, *oldest = NULL;
+    for (int k = 0; k < NT_KEPT && block == NULL; k++) {
+        nt_kept_block *each = &nt_kept[k];
+        if (each->device == device && each->stream == stream)
+            block = each;
+        else if ((each->device == device || each->device == NULL) &&
+                 (oldest == NULL || each->used < oldest->used))
+            oldest = each;
+    }
+    if (block == NULL)
+        block = oldest;
+    *kept = block != NULL;
+    if (block != NULL && (block->stream != stream || block->bytes < bytes)) {
+        if (block->base != 0)
+            result = NT_CU(what, cuMemFreeAsync, block->base, block->stream);
+        size_t size = bytes < 65536 ? 65536 : bytes;
+        block->device = device;
+        block->stream = stream;
+        block->base = 0;
+        block->bytes = 0;
+        if (result == CUDA_SUCCESS)
+            result = NT_CU(what, cuMemAllocFromPoolAsync, &block->base, size, device->scratch_pool,
+                           stream);
+        if (result == CUDA_SUCCESS)
+            block->bytes = size;
+        else
+            block->base = 0;
+    }
+    if (block != NULL) {
+        block->used = ++nt_kept_clock;
+        *pointer = block->base;
+    }
+    pthread_mutex_unlock(&nt_kept_lock);
+    return result;
+}
+
+/* Memory for one launch (global scratch, workspace), stream-ordered: the stream's kept
+ * block (`nt_kept_take`; *kept 1), else from the device's pool, or (while the stream is
+ * being captured into a CUDA graph) a graph allocation, freed with cuMemFreeAsync after
+ * the launch is enqueued. */
 static CUresult nt_scratch_alloc(const nt_device *device, CUstream stream, size_t bytes,
-                                 CUdeviceptr *pointer, const char **what) {
+                                 CUdeviceptr *pointer, int *kept, const char **what) {
     if (device->scratch_pool == NULL || nt_cu.cuMemAllocFromPoolAsync == NULL ||
         nt_cu.cuMemAllocAsync == NULL || nt_cu.cuStreamIsCapturing == NULL)
         return NT_CU_MISSING(what, " (global scratch needs a CUDA 11.2 driver)",
                              cuMemAllocFromPoolAsync);
+    *kept = 0;
     CUstreamCaptureStatus capturing;
     CUresult result = NT_CU(what, cuStreamIsCapturing, stream, &capturing);
     if (result != CUDA_SUCCESS)
@@ -85,12 +152,20 @@ static CUresult nt_scratch_alloc(const nt_device *device, CUstream stream, size_
         return NT_CU_NOTE(what, " (while capturing a CUDA graph)", cuMemAllocAsync, pointer, bytes,
                           stream);
     }
+    *kept = 0;
+    if (bytes <= NT_KEPT_BYTES) {
+        result = nt_kept_take(device, stream, bytes, pointer, kept, what);
+        if (result != CUDA_SUCCESS || *kept)
+            return result;
+    }
     return NT_CU(what, cuMemAllocFromPoolAsync, pointer, bytes, device->scratch_pool, stream);
 }
 
 /* Launch, with the memory the kernel needs allocated before and freed after, both
  * ordered on the launch's stream: its workspace (grid x its per-program bytes, the
- * first grid x zeroed bytes zeroed) and its global scratch (likewise, for Triton). */
+ * first grid x zeroed bytes zeroed) and its global scratch (likewise, for Triton);
+ * outside graph capture, small blocks are kept for the stream's next launch
+ * (`nt_kept_take`). */
 static CUresult nt_launch_with_memory(const nt_device *device, const nt_kernel *kernel,
                                       CUfunction function, int64_t grid, CUstream stream,
                                       nt_slot *slots, void **params, const char **what) {
@@ -100,7 +175,8 @@ static CUresult nt_launch_with_memory(const nt_device *device, const nt_kernel *
     size_t workspace = kernel->workspace ? programs * kernel->workspace + 128 : 0;
     size_t bytes = workspace + programs * kernel->scratch + kernel->scratch_align + 128;
     CUdeviceptr base = 0;
-    CUresult result = nt_scratch_alloc(device, stream, bytes, &base, what);
+    int kept = 0;
+    CUresult result = nt_scratch_alloc(device, stream, bytes, &base, &kept, what);
     if (result != CUDA_SUCCESS)
         return result;
     CUdeviceptr first = (base + 127) / 128 * 128; /* pool blocks are aligned; be sure */
@@ -117,6 +193,8 @@ static CUresult nt_launch_with_memory(const nt_device *device, const nt_kernel *
     }
     if (result == CUDA_SUCCESS)
         result = nt_launch(kernel, function, (uint32_t)grid, stream, params, what);
+    if (kept)
+        return result;
     const char *free_what = "";
     CUresult freed = NT_CU(&free_what, cuMemFreeAsync, base, stream);
     if (result == CUDA_SUCCESS && freed != CUDA_SUCCESS) {

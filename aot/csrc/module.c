@@ -171,6 +171,8 @@ static PyMethodDef nt_methods[] = {
     {"preload", nt_py_preload, METH_O, "preload(device)\n--\n\nLoad every module for a device."},
     {"kernels", nt_py_kernels, METH_NOARGS, "kernels()\n--\n\nIds of the embedded kernels."},
     {"image", nt_py_image, METH_O, "image(index)\n--\n\nThe cubin (or PTX) of kernels()[index]."},
+    {"_phases", (PyCFunction)(void (*)(void))nt_py_phases, METH_FASTCALL,
+     "_phases(group, repeats, *args)\n--\n\nMean ns of each step of `repeats` launches."},
     {"_candidate", nt_py_candidate, METH_O,
      "_candidate(index)\n--\n\nLaunch only this tuning candidate (-1: any); returns the last."},
     {"_fault_next_load", nt_py_fault_next_load, METH_O,

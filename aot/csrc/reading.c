@@ -265,6 +265,21 @@ static int nt_is_view(PyObject *object) {
     return PyTuple_Check(object) && PyTuple_Size(object) == 3;
 }
 
+/* Input `a` as an earlier input read from the same tensor as given (attention's key
+ * and value passed again as the absent new entries): read once. 1 if so. */
+static int nt_read_again(nt_state *s, int a, PyObject *tensor) {
+    const nt_group *g = s->request.group;
+    if (g->args[a].flags & NT_OUTPUT)
+        return 0;
+    for (int b = 0; b < a; b++)
+        if (s->request.tensor[b].object == tensor && !(g->args[b].flags & NT_OUTPUT) &&
+            s->owned[b] == NULL) {
+            s->request.tensor[a] = s->request.tensor[b];
+            return 1;
+        }
+    return 0;
+}
+
 int nt_read_args(nt_state *s, PyObject *const *args, Py_ssize_t nargs) {
     const nt_group *g = s->request.group;
     if (nargs != g->num_args) {
@@ -285,7 +300,7 @@ int nt_read_args(nt_state *s, PyObject *const *args, Py_ssize_t nargs) {
                 return -1;
         } else if (args[a] != Py_None || !(g->args[a].flags & NT_OUTPUT)) {
             PyObject *tensor = nt_is_view(args[a]) ? PyTuple_GetItem(args[a], 0) : args[a];
-            if (nt_read_tensor(s, a, tensor))
+            if (!nt_read_again(s, a, tensor) && nt_read_tensor(s, a, tensor))
                 return -1;
         }
     }

@@ -8,7 +8,10 @@ softmax, rms_norm, rotary (queries, then keys), mm in the nn.Linear layout, deco
 attention over a GQA KV cache, and the same with the step's key and value written into
 the cache's slots; each next to the driver's floor, a no-op kernel of 4 arguments
 launched from C on the same stream (bare_launch.c, built here with the system's C
-compiler)."""
+compiler). With --phases, where each row's launches spend their host time: the
+launcher's steps (`_C._phases`: reading the tensors, checks, shapes, allocating,
+layout, choosing the kernel, stream and module, the launch, versions); the rest of a
+row's time is its Python wrapper's."""
 
 import argparse
 import ctypes
@@ -136,12 +139,55 @@ def measure(nt):
     return results
 
 
+def phases(nt, repeats=2000):
+    """{row: [{step: mean us}, one per launch the row's call makes]}, in inference mode:
+    each row called once with the runtime modules' launcher recording what it is given,
+    then each launch replayed through `_C._phases`."""
+    runtime = [getattr(nt, name) for name in dir(nt) if name.startswith("_")]
+    runtime = [m for m in runtime if getattr(m, "_launch", None) is nt._C.launch]
+    launches = []
+
+    def record(*args):
+        launches.append(args)
+        return nt._C.launch(*args)
+
+    found = {}
+    with torch.inference_mode():
+        for name, ours, _ in rows(nt):
+            launches.clear()
+            for module in runtime:
+                module._launch = record
+            try:
+                ours()
+            finally:
+                for module in runtime:
+                    module._launch = nt._C.launch
+            found[name] = []
+            for group, *args in launches:
+                nt._C._phases(group, repeats // 10, *args)  # warm
+                steps = nt._C._phases(group, repeats, *args)
+                found[name].append({step: ns / 1000 for step, ns in steps.items()})
+    return found
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="write the rows here")
+    parser.add_argument("--phases", action="store_true", help="the launcher's steps instead")
     args = parser.parse_args()
     import ntops_prebuilt as nt
 
+    if args.phases:
+        found = phases(nt)
+        for name, launches in found.items():
+            for steps in launches:
+                print(
+                    f"{name:18s} {sum(steps.values()):6.2f} us: "
+                    + " ".join(f"{step} {us:.2f}" for step, us in steps.items())
+                )
+        if args.json:
+            pathlib.Path(args.json).write_text(json.dumps(found, indent=1))
+        return
     results = measure(nt)
     print(f"bare cuLaunchKernel from C, a no-op of 4 arguments: {results[0]['bare_us']:.2f} us")
     print(

@@ -651,3 +651,15 @@ def test_compilation_settings_belong_to_the_build(nt):
         nt.set_default_num_stages(5)
     with pytest.raises(ValueError, match="positive int"):
         nt.set_default_max_num_configs(0)
+
+
+def test_phases_time_each_step_of_a_launch(nt):
+    """`_C._phases` (host-cost work: tests/benchmarks/bench_launch.py --phases) runs
+    launch()'s path, timing each step, and the kernel runs."""
+    x, y, z = (torch.randn(4096, device="cuda") for _ in range(3))
+    phases = nt._C._phases(nt._C.group("add-other=tensor"), 10, x, y, 1.0, z)
+    steps = ["read", "check", "shapes", "allocate", "layout", "choose", "stream", "launch"]
+    assert list(phases) == [*steps, "after"]
+    assert all(value >= 0 for value in phases.values())
+    assert phases["launch"] > 0
+    torch.testing.assert_close(z, x + y)

@@ -70,6 +70,36 @@ def test_split_attention_replays_in_a_graph(nt):
         torch.testing.assert_close(out, expected, rtol=1e-2, atol=1e-2)
 
 
+def test_launch_memory_kept_per_stream_stays_apart(nt):
+    """Split decode's workspace is kept between launches per stream (up to 16 streams,
+    the least recently used given back): 20 streams in turn, each with a decode whose
+    keys grow (the kept block outgrown and taken anew), never share one, and a graph
+    captured between them keeps its own."""
+    streams = [torch.cuda.Stream() for _ in range(20)]
+    cases = []
+    for n, stream in enumerate(streams):
+        keys = 512 * (1 + n % 5)
+        q = torch.randn(2, 32, 1, 128, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(2, 8, keys, 128, device="cuda", dtype=torch.bfloat16) for _ in "kv")
+        cases.append((stream, q, k, v))
+    torch.cuda.synchronize()
+    for round in range(3):
+        outs = []
+        for stream, q, k, v in cases:
+            with torch.cuda.stream(stream):
+                outs.append(nt.scaled_dot_product_attention(q, k, v, enable_gqa=True))
+        if round == 1:
+            graph, out = captured(
+                lambda: nt.scaled_dot_product_attention(*cases[0][1:], enable_gqa=True)
+            )
+            graph.replay()
+            outs[0] = out
+        torch.cuda.synchronize()
+        for (_, q, k, v), out in zip(cases, outs, strict=True):
+            expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+            torch.testing.assert_close(out, expected, rtol=1e-2, atol=1e-2)
+
+
 def _random_launch(nt, rng, dtype):
     """One launch of a random op and shape, and torch's result for it: element-wise
     with broadcasting, rows, products (split K at small M), split attention."""
