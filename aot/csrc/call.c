@@ -41,9 +41,40 @@ static const nt_group *nt_group_arg(PyObject *object) {
     return &nt_groups[index];
 }
 
+/* The steps of a launch, timed where a caller passes `spent` (_phases): nanoseconds
+ * added to spent[step] since the last mark. */
+enum {
+    NT_P_READ,
+    NT_P_CHECK,
+    NT_P_SHAPES,
+    NT_P_ALLOCATE,
+    NT_P_LAYOUT,
+    NT_P_CHOOSE,
+    NT_P_STREAM,
+    NT_P_LAUNCH,
+    NT_P_AFTER,
+    NT_PHASES
+};
+static const char *const nt_phase_names[NT_PHASES] = {
+    "read", "check", "shapes", "allocate", "layout", "choose", "stream", "launch", "after"};
+
+static int64_t nt_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static void nt_mark(int64_t *spent, int step) {
+    if (spent == NULL)
+        return;
+    int64_t now = nt_now();
+    spent[step] += now - spent[NT_PHASES];
+    spent[NT_PHASES] = now;
+}
+
 /* The whole of a call up to the choice of kernel: the binding reads and checks what
  * only torch can tell, the core the shapes; outputs are allocated between the two. */
-static int nt_prepare(nt_state *s, PyObject *const *args, Py_ssize_t nargs) {
+static int nt_prepare(nt_state *s, PyObject *const *args, Py_ssize_t nargs, int64_t *spent) {
     nt_request *r = &s->request;
     if (nt_torch_init())
         return -1;
@@ -52,13 +83,21 @@ static int nt_prepare(nt_state *s, PyObject *const *args, Py_ssize_t nargs) {
             nt_not_built(s, -1);
         return -1;
     }
-    if (nt_read_args(s, args, nargs) || nt_check_devices_and_dtypes(s) || nt_check_writes(s))
+    if (nt_read_args(s, args, nargs))
         return -1;
+    nt_mark(spent, NT_P_READ);
+    if (nt_check_devices_and_dtypes(s) || nt_check_writes(s))
+        return -1;
+    nt_mark(spent, NT_P_CHECK);
     if (nt_check_shapes(r))
         return nt_raise(&r->error);
+    nt_mark(spent, NT_P_SHAPES);
     if (nt_allocate_outputs(s))
         return -1;
-    return nt_layout(r) ? nt_raise(&r->error) : 0;
+    nt_mark(spent, NT_P_ALLOCATE);
+    int failed = nt_layout(r) ? nt_raise(&r->error) : 0;
+    nt_mark(spent, NT_P_LAYOUT);
+    return failed;
 }
 
 /* Once per process, when the driver first JIT-compiles PTX: that costs time at
@@ -92,7 +131,7 @@ static int nt_loaded(const nt_request *r, const nt_device *device, uint32_t inde
     return nt_kernels[index].ptx ? nt_warn_ptx(device, &nt_kernels[index]) : 0;
 }
 
-static int nt_run(nt_state *s) {
+static int nt_run(nt_state *s, int64_t *spent) {
     nt_request *r = &s->request;
     const char *what = "";
     const nt_device *device;
@@ -111,6 +150,7 @@ static int nt_run(nt_state *s) {
     }
     const nt_kernel *kernel = &nt_kernels[index];
     int64_t grid = kernel->grid(&r->call);
+    nt_mark(spent, NT_P_CHOOSE);
     if (grid <= 0)
         return 0;
     if (grid > INT32_MAX) {
@@ -122,10 +162,12 @@ static int nt_run(nt_state *s) {
     CUfunction function;
     if (nt_current_stream(r->call.device, &stream) || nt_loaded(r, device, index, &function))
         return -1;
+    nt_mark(spent, NT_P_STREAM);
     result = nt_launch_call(device, kernel, function, grid, stream, &r->call, &what);
     if (result != CUDA_SUCCESS)
         return nt_cuda_fail(r->group->op, kernel->id, what, result);
     nt_last_kernel = kernel;
+    nt_mark(spent, NT_P_LAUNCH);
     return 0;
 }
 
@@ -158,6 +200,16 @@ static int nt_has_dtype(const nt_state *s) {
     return 0;
 }
 
+/* A launch's steps, reading to written back (launch()'s; _phases times them). */
+static int nt_steps(nt_state *s, PyObject *const *args, Py_ssize_t nargs, int64_t *spent) {
+    const nt_request *r = &s->request;
+    if (nt_prepare(s, args, nargs, spent) || (r->empty && !nt_has_dtype(s)) ||
+        (!r->empty && nt_run(s, spent)) || nt_write_back(s) || nt_bump_versions(s))
+        return -1;
+    nt_mark(spent, NT_P_AFTER);
+    return 0;
+}
+
 /* launch(group, *args) -> the (first) output tensor */
 PyObject *nt_py_launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
@@ -169,9 +221,7 @@ PyObject *nt_py_launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     nt_state s;
     nt_state_init(&s, group, 0);
     PyObject *result = NULL;
-    const nt_request *r = &s.request;
-    if (nt_prepare(&s, args + 1, nargs - 1) == 0 && (!r->empty || nt_has_dtype(&s)) &&
-        (r->empty || nt_run(&s) == 0) && nt_write_back(&s) == 0 && nt_bump_versions(&s) == 0)
+    if (nt_steps(&s, args + 1, nargs - 1, NULL) == 0)
         result = nt_first_output(&s);
     nt_release(&s);
     return result;
@@ -209,7 +259,7 @@ PyObject *nt_py_plan(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (PyErr_Occurred())
         return NULL;
     PyObject *result = NULL;
-    if (nt_prepare(&s, args + 2, nargs - 2))
+    if (nt_prepare(&s, args + 2, nargs - 2, NULL))
         goto done;
     uint16_t arches[NT_MAX_ARCHES];
     int num_arches = nt_arches_for(capability, arches);
@@ -245,28 +295,6 @@ PyObject *nt_py_last_kernel(PyObject *self, PyObject *unused) {
     return PyUnicode_FromString(nt_last_kernel->id);
 }
 
-/* Nanoseconds now, for _phases. */
-static int64_t nt_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
-
-enum {
-    NT_P_READ,
-    NT_P_CHECK,
-    NT_P_SHAPES,
-    NT_P_ALLOCATE,
-    NT_P_LAYOUT,
-    NT_P_CHOOSE,
-    NT_P_STREAM,
-    NT_P_LAUNCH,
-    NT_P_AFTER,
-    NT_PHASES
-};
-static const char *const nt_phase_names[NT_PHASES] = {
-    "read", "check", "shapes", "allocate", "layout", "choose", "stream", "launch", "after"};
-
 /* _phases(group, repeats, *args) -> {phase: mean ns}: launch(group, *args) `repeats`
  * times, timing each step of the path launch() takes (reading the tensors, checking
  * devices, dtypes and writes, shapes, allocating outputs, layout, choosing the kernel,
@@ -278,79 +306,14 @@ PyObject *nt_py_phases(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         return PyErr_Format(PyExc_TypeError, "_phases(group, repeats, *args)");
     const nt_group *group = nt_group_arg(args[0]);
     long repeats = PyLong_AsLong(args[1]);
-    if (group == NULL || (repeats == -1 && PyErr_Occurred()) || nt_torch_init())
+    if (group == NULL || (repeats == -1 && PyErr_Occurred()))
         return NULL;
-    int64_t spent[NT_PHASES] = {0};
+    int64_t spent[NT_PHASES + 1] = {0}; /* and the last mark's time */
     for (long n = 0; n < repeats; n++) {
         nt_state s;
         nt_state_init(&s, group, 0);
-        nt_request *r = &s.request;
-        int64_t t = nt_now(), u;
-        int failed = 1;
-#define NT_PHASE(p)                                                                                \
-    do {                                                                                           \
-        u = nt_now();                                                                              \
-        spent[p] += u - t;                                                                         \
-        t = u;                                                                                     \
-    } while (0)
-        if (nt_read_args(&s, args + 2, nargs - 2))
-            goto done;
-        NT_PHASE(NT_P_READ);
-        if (nt_check_devices_and_dtypes(&s) || nt_check_writes(&s))
-            goto done;
-        NT_PHASE(NT_P_CHECK);
-        if (nt_check_shapes(r)) {
-            nt_raise(&r->error);
-            goto done;
-        }
-        NT_PHASE(NT_P_SHAPES);
-        if (nt_allocate_outputs(&s))
-            goto done;
-        NT_PHASE(NT_P_ALLOCATE);
-        if (nt_layout(r)) {
-            nt_raise(&r->error);
-            goto done;
-        }
-        NT_PHASE(NT_P_LAYOUT);
-        const char *what = "";
-        const nt_device *device;
-        CUresult result = nt_driver_load(&what);
-        if (result == CUDA_SUCCESS)
-            result = nt_device_get(r->call.device, &device, &what);
-        if (result != CUDA_SUCCESS) {
-            nt_cuda_fail(group->op, "loading the CUDA driver", what, result);
-            goto done;
-        }
-        r->call.capability = device->capability;
-        r->call.multiprocessors = device->multiprocessors;
-        r->call.launch = nt_next_launch();
-        uint32_t index;
-        if (!nt_select(r, device->arches, device->num_arches, &index)) {
-            nt_not_built(&s, device->capability);
-            goto done;
-        }
-        const nt_kernel *kernel = &nt_kernels[index];
-        int64_t grid = kernel->grid(&r->call);
-        NT_PHASE(NT_P_CHOOSE);
-        CUstream stream;
-        CUfunction function;
-        if (nt_current_stream(r->call.device, &stream) || nt_loaded(r, device, index, &function))
-            goto done;
-        NT_PHASE(NT_P_STREAM);
-        if (grid > 0 && grid <= INT32_MAX) {
-            result = nt_launch_call(device, kernel, function, grid, stream, &r->call, &what);
-            if (result != CUDA_SUCCESS) {
-                nt_cuda_fail(group->op, kernel->id, what, result);
-                goto done;
-            }
-        }
-        NT_PHASE(NT_P_LAUNCH);
-        if (nt_write_back(&s) || nt_bump_versions(&s))
-            goto done;
-        NT_PHASE(NT_P_AFTER);
-#undef NT_PHASE
-        failed = 0;
-    done:
+        spent[NT_PHASES] = nt_now();
+        int failed = nt_steps(&s, args + 2, nargs - 2, spent);
         nt_release(&s);
         if (failed)
             return NULL;
