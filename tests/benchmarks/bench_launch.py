@@ -139,10 +139,12 @@ def measure(nt):
     return results
 
 
-def phases(nt, repeats=2000):
+def phases(nt, bursts=REPEATS, calls=BURST):
     """{row: [{step: mean us}, one per launch the row's call makes]}, in inference mode:
     each row called once with the runtime modules' launcher recording what it is given,
-    then each launch replayed through `_C._phases`."""
+    then each launch replayed through `_C._phases` in bursts as the rows' calls are
+    timed (a synchronize between: a full launch queue would time the GPU), the median
+    of each step over the bursts."""
     runtime = [getattr(nt, name) for name in dir(nt) if name.startswith("_")]
     runtime = [m for m in runtime if getattr(m, "_launch", None) is nt._C.launch]
     launches = []
@@ -164,9 +166,13 @@ def phases(nt, repeats=2000):
                     module._launch = nt._C.launch
             found[name] = []
             for group, *args in launches:
-                nt._C._phases(group, repeats // 10, *args)  # warm
-                steps = nt._C._phases(group, repeats, *args)
-                found[name].append({step: ns / 1000 for step, ns in steps.items()})
+                nt._C._phases(group, calls, *args)  # warm
+                samples = []
+                for _ in range(bursts):
+                    torch.cuda.synchronize()
+                    samples.append(nt._C._phases(group, calls, *args))
+                median = {step: statistics.median(s[step] for s in samples) for step in samples[0]}
+                found[name].append({step: ns / 1000 for step, ns in median.items()})
     return found
 
 
