@@ -28,9 +28,7 @@ from ._lib import gluon_paged
 from ._lib.paged import (  # noqa: F401
     attend_block,
     attend_paged,
-    balanced_item,
     block_row,
-    combine,
     finish,
     fold_keys,
     key_length,
@@ -40,6 +38,7 @@ from ._lib.paged import (  # noqa: F401
     query_start,
     request_of,
 )
+from ._lib.paged_split import balanced_item, combine  # noqa: F401
 from ._lib.parts import arrive, claim, leave_rows, merged_rows, partial_results  # noqa: F401
 
 # Queries per request up to which a call takes the decode configuration
