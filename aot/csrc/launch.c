@@ -68,11 +68,12 @@ static CUresult nt_launch(const nt_kernel *kernel, CUfunction function, uint32_t
 
 /* Launch memory kept between launches, by device and stream: a stream runs its
  * launches one after another, so the next launch on it may take the last one's memory
- * without an allocation and a free (two driver calls, 1.5-2 us of a split decode's
- * host time on an H100's host). Up to NT_KEPT_BYTES a block, NT_KEPT blocks (the
- * least recently used given back, freed on its own stream). Outside graph capture only;
- * streams are assumed not to be destroyed while their launches run and their handle
- * given to another (torch's never are: it pools them, and so assumes its allocator). */
+ * without an allocation and a free (two driver calls: 0.3-1.2 us of a split decode's
+ * launch on an H100's host, docs/measurements.md). Up to NT_KEPT_BYTES a block,
+ * NT_KEPT blocks (the least recently used given back, freed on its own stream).
+ * Outside graph capture only; streams are assumed not to be destroyed while their
+ * launches run and their handle given to another (torch's never are: it pools them,
+ * and its allocator assumes as much). */
 #define NT_KEPT 16
 #define NT_KEPT_BYTES ((size_t)4 << 20)
 
@@ -152,7 +153,6 @@ static CUresult nt_scratch_alloc(const nt_device *device, CUstream stream, size_
         return NT_CU_NOTE(what, " (while capturing a CUDA graph)", cuMemAllocAsync, pointer, bytes,
                           stream);
     }
-    *kept = 0;
     if (bytes <= NT_KEPT_BYTES) {
         result = nt_kept_take(device, stream, bytes, pointer, kept, what);
         if (result != CUDA_SUCCESS || *kept)
