@@ -87,6 +87,13 @@ def _multiprocessors(index):
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+def _slots(device):
+    """The multiprocessors of a call's CUDA device."""
+    return _multiprocessors(
+        device.index if device.index is not None else torch.cuda.current_device()
+    )
+
+
 def _parts(heads_kv, units, capacity, device, num_splits):
     """How many parts a decode call's keys split into, and the fewest keys of a part,
     from shapes alone: enough parts that a batch-1 step fills the multiprocessors
@@ -100,9 +107,7 @@ def _parts(heads_kv, units, capacity, device, num_splits):
     short requests then take one part; with few tiles, half as few."""
     if num_splits == 1:
         return 1, 1 << 30
-    slots = _multiprocessors(
-        device.index if device.index is not None else torch.cuda.current_device()
-    )
+    slots = _slots(device)
     tiles = heads_kv * units
     parts = max(-(-_FILL * slots // tiles), -(-capacity // _PART_KEYS))
     most = _ROUND_PARTS
@@ -129,9 +134,7 @@ def _balanced(heads_kv, units, batch, device, num_splits):
     keys as min_chunk -(target << 16 | least)."""
     if num_splits != 0 or batch > _BALANCED_BATCH:
         return None
-    slots = _multiprocessors(
-        device.index if device.index is not None else torch.cuda.current_device()
-    )
+    slots = _slots(device)
     low, high = _BALANCED_FILL
     if not low * heads_kv * units < slots <= high * heads_kv * units:
         return None
