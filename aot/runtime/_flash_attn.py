@@ -64,18 +64,21 @@ _CHUNK_KEYS = 256
 _GRID_PER_SM = 16
 _FILL = 4
 _WORKSPACE_PROGRAMS = 8192
-# Decode batches whose tiles (key/value heads times blocks of rows) fill the
-# multiprocessors more than _BALANCED_FILL[0] and at most _BALANCED_FILL[1] times over
-# (batch 3 to 7 at 8 key/value heads on 132), of up to _BALANCED_BATCH requests (the
-# kernel's lanes), balance their keys over the grid in the kernel (kernels/_lib/paged.py's
-# balanced_item): parts of one size for the whole batch, at least _BALANCED_LEAST keys,
-# as many as whole waves of _PROGRAMS_PER_SM programs a multiprocessor take (the decode
-# kernel's at head_dim 128: 246 registers), twice the blocks of rows at least. H100
-# against FlashInfer, one run (GQA 32/8, pages of 16 and 64, uniform and skewed): batch
-# 3 to 7 0.89-1.00x split per request, 0.98-1.03x balanced; batch 2, 8 and 16 balanced
-# 0.91-1.00x against 0.98-1.05x split, batch 1 0.92-0.97x against 1.01-1.16x; batch 32
-# and 64 within 2% uniform, 4-6% slower with one long request among short ones.
-_BALANCED_FILL = (2, 6)
+# Decode batches whose multiprocessors number more than _BALANCED_FILL[0] and at most
+# _BALANCED_FILL[1] times their tiles (key/value heads times the grid's blocks of rows,
+# one more than a request's rows need each: batch 3 to 8 at 8 key/value heads on 132),
+# of up to _BALANCED_BATCH requests (the kernel's lanes), balance their keys over the
+# grid in the kernel (kernels/_lib/paged.py's balanced_item): parts of one size for the
+# whole batch, at least _BALANCED_LEAST keys, as many as whole waves of _PROGRAMS_PER_SM
+# programs a multiprocessor take (the decode kernel's at head_dim 128: 250 registers),
+# twice the blocks of rows at least. H100 against FlashInfer, one run (GQA 32/8, pages
+# of 16 and 64, uniform and skewed): batch 3 to 7 0.89-1.00x split per request,
+# 0.98-1.03x balanced; batch 2 and 16 balanced 0.91-1.00x against 0.98-1.05x split,
+# batch 1 0.92-0.97x against 1.01-1.16x; batch 32 and 64 within 2% uniform, 4-6% slower
+# with one long request among short ones. Batch 8 over 5 draws of lengths each (another
+# run): uniform 0.94-0.95x split (0.88x at worst) against 0.98x balanced (0.95x at
+# worst), one long request among short ones 1.01x against 0.99-1.00x.
+_BALANCED_FILL = (1, 6)
 _BALANCED_BATCH = 64
 _BALANCED_LEAST = 128
 _PROGRAMS_PER_SM = 2

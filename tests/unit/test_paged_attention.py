@@ -59,9 +59,10 @@ def test_decode_splits_follow_from_shapes(installed, monkeypatch, heads_kv, unit
     [
         (8, 5, 4, 0, (7, -(33 << 16 | 128))),  # batch 4: one wave of 33 a head, 128 keys least
         (8, 8, 7, 0, (5, -(33 << 16 | 128))),  # batch 7
-        (8, 10, 8, 0, None),  # batch 8: tiles fill the multiprocessors more than 4 times
+        (8, 10, 8, 0, (4, -(33 << 16 | 128))),  # batch 8: 80 tiles (one spare block each)
+        (8, 20, 16, 0, None),  # batch 16: more tiles than multiprocessors
         (8, 3, 3, 0, (11, -(33 << 16 | 128))),  # batch 3
-        (8, 2, 2, 0, None),  # batch 2: more than 6 times (the few tiles' 128-key parts)
+        (8, 2, 2, 0, None),  # batch 2: more than 6 multiprocessors a tile (128-key parts)
         (8, 5, 4, 5, None),  # num_splits given
         (1, 80, 65, 0, None),  # past the kernel's 64 lanes
         (2, 20, 5, 0, (7, -(132 << 16 | 128))),  # 2 key/value heads, 4 queries of 16 heads
@@ -69,8 +70,8 @@ def test_decode_splits_follow_from_shapes(installed, monkeypatch, heads_kv, unit
 )
 def test_decode_balances_from_shapes(installed, monkeypatch, heads_kv, units, batch, splits,
                                      expected):  # fmt: skip
-    """Balanced decode (kernels/_lib/paged.py's balanced_item) where the tiles fill the
-    multiprocessors 2 to 6 times over: a grid of whole waves of 2 programs a
+    """Balanced decode (kernels/_lib/paged.py's balanced_item) where the multiprocessors
+    number more than 1 and at most 6 times the tiles: a grid of whole waves of 2 programs a
     multiprocessor, at least twice the blocks of rows, with the target coded into
     min_chunk."""
     runtime = installed._flash_attn
