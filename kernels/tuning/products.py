@@ -63,7 +63,8 @@ BOUNDS = {
     "small": 32,
     "batched": 64,
     "medium": 128,
-    "large": 256,
+    "large": 192,
+    "larger": 256,
     "chunk": 512,
     "prefill": None,
 }
@@ -72,7 +73,8 @@ SAMPLE_ROWS = {
     "small": (24, 32),
     "batched": (48, 64),
     "medium": (96, 128),
-    "large": (192, 256),
+    "large": (160, 192),
+    "larger": (224, 256),
     "chunk": (384, 512),
     "prefill": (1024, 2048),
 }
@@ -94,6 +96,7 @@ WIDE = {
     # 6144 (Llama's fused QKV) and 8192 (Llama-3.2-1B's MLP) at 0.51-0.63x, where 128x128
     # tiles reach 0.68-0.79x (H100, 2026-11-26): a bucket of their own.
     "large": (4096, 8192),
+    "larger": (4096, 8192),
     "chunk": (4096,),
     "prefill": (4096,),
 }
@@ -138,7 +141,7 @@ def config(variant, bucket):
         return tiles(16, 32, 256 if big else 128, 4, 4, tma=False)
     if base(bucket) in ("small", "batched"):
         return tiles(64, 64, 128, 4, 4 if big else 3, tma=False)
-    if base(bucket) in ("medium", "large"):
+    if base(bucket) in ("medium", "large", "larger"):
         return tiles(128, 128, 64, 8 if big else 4, 4 if big else 3, tma=tma)
     if big:
         return tiles(128, 256, 64, 8, 3, persistent=1, flatten=True, tma=tma)
@@ -197,7 +200,7 @@ _CANDIDATES = {
 # summed by its last program): 0.29-0.91x, below the best unsplit or split tile on
 # every sample; 132 programs each streaming its own range of the weight drew 1.31 TB/s
 # where 48 whole tiles drew 1.49 (ncu: a third of the stalls on the loads' barrier).
-_CANDIDATES["medium"] = _CANDIDATES["large"] = [
+_CANDIDATES["medium"] = _CANDIDATES["large"] = _CANDIDATES["larger"] = [
     (64, 64, 128, 4, 6, _PLAIN),
     (64, 32, 256, 4, 4, _PLAIN),
     (64, 128, 128, 4, 4, _PLAIN),
@@ -209,6 +212,15 @@ _CANDIDATES["medium"] = _CANDIDATES["large"] = [
     (128, 128, 64, 8, 4, _PLAIN_SPLIT),
     (128, 128, 64, 8, 4, _SPLIT),
     (128, 256, 64, 8, 3, {"persistent": 1}),
+    # Tiles that won single cells of bench_ceiling.py's products (H100, 2026-11-26):
+    # Qwen2.5-7B's up projection at 192 rows 0.87x cuBLAS in TMA tiles of 64 x 128 x 64
+    # (0.65x in the bucket's winner then), 0.91-0.92x at 96-128 rows in warp-specialised
+    # 128 x 256 ones (0.85-0.87x); 129-256 rows split at 192 (`larger`) so that the
+    # 64-row tiles that suit 192 need not suit 256 too.
+    (64, 128, 64, 4, 4),
+    (64, 128, 64, 4, 6),
+    (128, 128, 64, 4, 4, {"ws": True}),
+    (128, 256, 64, 4, 3, {"ws": True}),
 ]
 _CANDIDATES["chunk"] = [
     (128, 128, 64, 8, 4),

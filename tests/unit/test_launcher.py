@@ -248,7 +248,7 @@ def test_matmul_layouts(plan):
         *((17, 1024, "small"), (32, 4096, "small"), (32, 4112, "small-wide")),
         *((64, 4096, "batched"), (33, 28672, "batched-wide"), (65, 1024, "medium")),
         *((128, 4112, "medium-wide"), (129, 4096, "large"), (192, 6144, "large-mid")),
-        *((256, 8192, "large-mid"), (256, 8208, "large-wide")),
+        *((193, 4096, "larger"), (256, 8192, "larger-mid"), (256, 8208, "larger-wide")),
         *((257, 1024, "chunk"), (512, 6144, "chunk-wide"), (513, 1024, "prefill")),
         *((2048, 1024, "prefill"), (2048, 6144, "prefill-wide")),
     ],

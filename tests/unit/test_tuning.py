@@ -51,7 +51,8 @@ def test_without_a_table_each_bucket_has_its_declared_default(planned):
     op = planned.ops["mm"]
     assert op.tuning.names == (
         *("decode", "decode-wide", "small", "small-wide", "batched", "batched-wide"),
-        *("medium", "medium-wide", "large", "large-mid", "large-wide", "chunk", "chunk-wide"),
+        *("medium", "medium-wide", "large", "large-mid", "large-wide"),
+        *("larger", "larger-mid", "larger-wide", "chunk", "chunk-wide"),
         *("prefill", "prefill-wide"),
     )
     choices = planned.choices[MM.id]
