@@ -92,9 +92,10 @@ WIDE = {
     "small": (4096,),
     "batched": (4096,),
     "medium": (4096,),
-    # 129-256 rows: 128x256 persistent tiles suit 14336 columns and more, and leave
-    # 6144 (Llama's fused QKV) and 8192 (Llama-3.2-1B's MLP) at 0.51-0.63x, where 128x128
-    # tiles reach 0.68-0.79x (H100, 2026-11-26): a bucket of their own.
+    # 129-256 rows (large and larger): 128x256 persistent tiles suit 14336 columns and
+    # more, and leave 6144 (Llama's fused QKV) and 8192 (Llama-3.2-1B's MLP) at
+    # 0.51-0.63x, where 128x128 tiles reach 0.68-0.79x (H100, 2026-11-26): a bucket of
+    # their own.
     "large": (4096, 8192),
     "larger": (4096, 8192),
     "chunk": (4096,),
