@@ -155,18 +155,15 @@ def _present(queries, key, value, present_key, present_value, key_slot, value_sl
     gets none (prefill kernels write no cache: the Gluon one does not)."""
     if present_key is None and present_value is None:
         return key, value, 0
-    fused = -1
+    fused = 0  # -1 from tail_entries: tensors the launcher's reader declines
     if queries <= _FUSED_ENTRIES and present_key is not None and present_value is not None:
         fused = tail_entries(
             key, value, present_key, present_value, key_slot, value_slot, _FUSED_ENTRIES
         )
     if fused > 0:
         return present_key, present_value, fused
-    if fused < 0 and (  # tensors the launcher's reader declines: the same rules here
-        queries <= _FUSED_ENTRIES
-        and present_key is not None
-        and present_value is not None
-        and present_key.shape == present_value.shape
+    if fused < 0 and (  # the same rules here
+        present_key.shape == present_value.shape
         and _strides_agree(present_key, present_value)
         and _is_tail(key, present_key, key_slot)
         and _is_tail(value, present_value, value_slot)

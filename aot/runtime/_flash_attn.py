@@ -121,10 +121,10 @@ def _parts(heads_kv, units, capacity, device, num_splits):
         parts = min(num_splits, _MOST_PARTS)
     if 4 * tiles < slots:
         # Few tiles (batch 1 to 4 at 8 KV heads; from 3 on `_balanced` takes them):
-        # parts of 128 keys or more, where 256
-        # left short requests too few programs (H100 against FlashInfer, one run: 447
-        # keys 1.10x against 0.94-0.95x, 1500 keys 1.15-1.19x against 0.99-1.00x, 4770
-        # keys within 1%; more tiles: no better, batch 256 1% worse).
+        # parts of 128 keys or more, where 256 left short requests too few programs
+        # (H100 against FlashInfer, one run: 447 keys 1.10x against 0.94-0.95x, 1500
+        # keys 1.15-1.19x against 0.99-1.00x, 4770 keys within 1%; more tiles: no
+        # better, batch 256 1% worse).
         return parts, _CHUNK_KEYS // 2
     return parts, _CHUNK_KEYS * max(1, tiles // slots)
 
