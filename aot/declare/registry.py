@@ -200,7 +200,7 @@ def check(op: OpDef, defaults: Mapping[str, Mapping[str, Config]]) -> None:
 
 def _groups(name: str, space: VariantSpace) -> dict[tuple[tuple[str, str], ...], list[Variant]]:
     """One arch's variants (arguments do not depend on the arch), by switch values."""
-    first = next(iter(TARGETS))
+    first = next(arch for arch in TARGETS if space.builds_for(arch))
     found: dict[tuple[tuple[str, str], ...], list[Variant]] = {}
     for variant in every_variant(name, space):
         if variant.arch == first:
@@ -254,6 +254,7 @@ def every_variant(name: str, space: VariantSpace) -> list[Variant]:
     return [
         Variant(name, arch, dtype, ndim, switches, widest=ndim == widest)
         for arch in TARGETS
+        if space.builds_for(arch)
         for dtype in space.dtypes
         for ndim in space.ndims
         for switches in space.switch_choices(dtype)

@@ -40,11 +40,18 @@ DTYPES: Mapping[str, Dtype] = {
         Dtype("i64", "int64", "i64", (0, 64)),
         Dtype("u8", "uint8", "u8", (1, 8)),
         Dtype("bool", "bool", "i1", (6, 8)),
+        # FP8 (DLPack 1.1's kDLFloat8_e4m3fn and kDLFloat8_e5m2), for the quantized
+        # results of ops built on FP8_ARCHES only; no op is built in them.
+        Dtype("fp8e4m3", "float8_e4m3fn", "fp8e4nv", (10, 8)),
+        Dtype("fp8e5m2", "float8_e5m2", "fp8e5", (12, 8)),
     )
 }
 FLOATS = ("fp16", "bf16", "fp32")
 INTEGERS = ("i8", "i16", "i32", "i64", "u8")
 BOOL = ("bool",)
+# The arches with FP8 conversions and tensor-core products (Ada, Hopper, Blackwell).
+FP8_ARCHES = ("sm_89", "sm_90", "sm_100", "sm_120")
+FP8_NOTE = "FP8 needs sm_89 or newer (Ada, Hopper, Blackwell)"
 # The kinds of specialisation an op may build; every op builds the first four unless its
 # SPACE says otherwise. "wide-aligned": 64-bit kernels with the aligned kernels'
 # assumptions, one per bucket as those are, for ops whose calls pass 2^31 elements in
@@ -99,6 +106,10 @@ class VariantSpace:
     launch_id: str | None = None
     dims: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     broadcast: tuple[str, ...] = ()
+    # The arches the op is built for (None: every one), and why, for the error a call
+    # on another GPU gets (FP8_ARCHES, FP8_NOTE).
+    arches: tuple[str, ...] | None = None
+    arches_note: str = ""
 
     @property
     def allows_in_place(self) -> bool:
@@ -118,6 +129,11 @@ class VariantSpace:
             raise ValueError("specialized_ndims needs the generic kernel for wider calls")
         if set(self.broadcast) - set(self.dims) or set(self.broadcast) & set(self.outputs):
             raise ValueError("broadcast names an output, or an input whose dims are not named")
+        if self.arches is not None and (not self.arches or not self.arches_note):
+            raise ValueError("arches needs at least one arch and a note saying why")
+
+    def builds_for(self, arch: str) -> bool:
+        return self.arches is None or arch in self.arches
 
     def switch_choices(self, dtype: str) -> list[tuple[tuple[str, str], ...]]:
         """Every combination of switch values built for `dtype`, in declared order."""

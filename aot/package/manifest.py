@@ -75,6 +75,8 @@ def manifest(
                 "dtypes": list(op.space.dtypes),
                 "ndims": list(op.space.ndims),
                 "switches": {key: list(values) for key, values in op.space.switches.items()},
+                "arches": list(op.space.arches) if op.space.arches else None,
+                "arches_note": op.space.arches_note,
                 "groups": {
                     group_key(name, switches): dict(switches)
                     for switches in op.space.all_switch_choices()

@@ -90,7 +90,7 @@ def variants(
     for name in op_names:
         space = ops[name].space
         built = [ndim for ndim in space.ndims if ndims is None or ndim in ndims]
-        for arch in arches:
+        for arch in filter(space.builds_for, arches):
             for dtype in space.dtypes:
                 if dtypes is not None and dtype not in dtypes:
                     continue

@@ -59,6 +59,11 @@ def not_built(group, capability, dtype, ndim):
             f"{function} kernels take at most {max(space['ndims'])} dims: make the tensors "
             "contiguous (.contiguous()) so that their dims merge."
         )
+    elif arch and space.get("arches") and arch not in space["arches"]:
+        lines.append(
+            f"{function} is built for {', '.join(space['arches'])} only: "
+            f"{space['arches_note']}; this GPU is {arch}."
+        )
     elif arch and arch not in built.get("targets", [arch]):
         lines.append(
             f"ntops-aot builds for {', '.join(built['targets'])}; this GPU ({arch}) is none "

@@ -133,3 +133,43 @@ print("ok")
         [sys.executable, "-c", check], capture_output=True, text=True, env=environ
     )
     assert said.stdout.strip() == "ok", said.stderr
+
+
+FP8_PLAN = """
+import json, torch, ntops_prebuilt as nt
+x = torch.empty(4, 256, dtype=torch.float16)
+scales = torch.empty(4, 2, dtype=torch.float32)
+group = nt._C.group("per_token_group_quant_fp8-group=128")
+said = {}
+for capability in (80, 86, 89, 90):
+    try:
+        said[capability] = nt._C.plan(group, capability, x, scales, 1e-10, None)["kernel"]
+    except nt.NotBuiltError as error:
+        said[capability] = "error: " + str(error)
+print(json.dumps(said))
+"""
+
+
+def test_fp8_ops_are_built_for_sm_89_on_and_say_so_elsewhere(tmp_path):
+    """An op declared for FP8's arches (VariantSpace.arches) is left out of the others'
+    builds, and a call on them says why, not which command would add it."""
+    options = pipeline.BuildOptions(
+        arches=("sm_80", "sm_90"),
+        ops=("per_token_group_quant_fp8",),
+        dtypes=("fp16",),
+        build_dir=tmp_path / "build",
+        out_dir=tmp_path / "dist",
+        jobs=2,
+    )
+    site = install(pipeline.build(options).wheel, tmp_path / "site")
+    environ = {**os.environ, "PYTHONPATH": str(site)}
+    said = subprocess.run(
+        [sys.executable, "-c", FP8_PLAN], capture_output=True, text=True, env=environ, check=True
+    )
+    kernels = {int(c): kernel for c, kernel in json.loads(said.stdout).items()}
+    assert kernels[90].startswith("per_token_group_quant_fp8-sm_90-fp16-nd2-group=128")
+    for capability in (80, 86):
+        assert "FP8 needs sm_89 or newer" in kernels[capability]
+        assert f"this GPU is sm_{capability}" in kernels[capability]
+        assert "ntops-aot build" not in kernels[capability]
+    assert "ntops-aot build --arch sm_90,sm_89" in kernels[89]
