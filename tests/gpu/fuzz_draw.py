@@ -131,7 +131,11 @@ class Draw:
         if neg:
             self.note("a tensor with the negative bit set")
         wrap = None
-        if exotic and self.chance(0.02):
+        # Not both: a wrapper around a tensor with the negative bit came out of the
+        # harness's two copies with opposite signs (references fuzzed against
+        # themselves, tests/unit/test_fuzz_harness.py: seed 0, cases 288 and 1044 once
+        # the FP8 ops joined the draw), a fault of the copies, not of the calls.
+        if exotic and not neg and self.chance(0.02):
             wrap = self.pick(("subclass", "fake"))
             self.out_of_space(f"a {wrap} tensor")
         operand = Operand(len(self.bases), tuple(steps), wrap)

@@ -5,6 +5,7 @@ import torch
 
 H = torch.float16
 SDPA, ROPE = "scaled_dot_product_attention", "rotary_position_embedding"
+FP8, GROUP_FP8 = "scaled_fp8_quant", "per_token_group_quant_fp8"
 
 
 def cuda(*shape, dtype=torch.float32):
@@ -28,6 +29,7 @@ def _cases(nt):
         {"enable_gqa": True},
     )
     a, b = cuda(8, 16), cuda(16, 4)
+    group_fp8 = nt.per_token_group_quant_fp8
     table = cuda(3, 4)
     return [
         ("add", lambda: nt.add(x, cuda(3, 5))),
@@ -102,6 +104,20 @@ def _cases(nt):
         (SDPA, lambda: sdpa(q, k, k, present_key=k[:, :, :2], present_key_slot=k[:, :, :1], **gqa)),
         (ROPE, lambda: rope(cuda(2, 3, 4, 7), table, table)),
         (ROPE, lambda: rope(cuda(2, 3, 4, 8), table[:2], table)),
+        (GROUP_FP8, lambda: nt.per_token_group_quant_fp8(ints, 5)),
+        (GROUP_FP8, lambda: nt.per_token_group_quant_fp8(cuda(4, 200), 128)),
+        (GROUP_FP8, lambda: nt.per_token_group_quant_fp8(cuda(4, 256), 64)),
+        (GROUP_FP8, lambda: nt.per_token_group_quant_fp8(cuda(4, 256), 0)),
+        (GROUP_FP8, lambda: nt.per_token_group_quant_fp8(cuda(4, 256), 128, eps=-1.0)),
+        (GROUP_FP8, lambda: group_fp8(cuda(2, 4, 256), 128, column_major_scales=True)),
+        (GROUP_FP8, lambda: nt.per_token_group_quant_fp8(torch.randn(4, 256), 128)),
+        (GROUP_FP8, lambda: nt.per_token_group_quant_fp8(cuda(4, 256).to(torch.float64), 128)),
+        (FP8, lambda: nt.scaled_fp8_quant(ints)),
+        (FP8, lambda: nt.scaled_fp8_quant(x, torch.ones(1, device="cuda", dtype=H))),
+        (FP8, lambda: nt.scaled_fp8_quant(x, torch.ones(2, device="cuda"))),
+        (FP8, lambda: nt.scaled_fp8_quant(x, torch.ones(1))),
+        (FP8, lambda: nt.scaled_fp8_quant(cpu)),
+        (FP8, lambda: nt.scaled_fp8_quant(cuda(0))),
     ]  # fmt: skip
 
 

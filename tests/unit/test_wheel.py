@@ -27,6 +27,8 @@ RUNTIME = {
     "_embedding.py",
     "_errors.py",
     "_flash_attn.py",
+    "_fp8_quant.py",
+    "_fp8_reference.py",
     "_layer_norm.py",
     "_library.py",
     "_log_softmax.py",

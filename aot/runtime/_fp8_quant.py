@@ -1,0 +1,136 @@
+"""FP8 quantization (float8_e4m3fn) as vLLM and SGLang call it: `per_token_group_quant_fp8`
+(a scale per row and group of elements: DeepSeek-style 1 x 128 activation blocks, or
+per token with the group a whole row) and `scaled_fp8_quant` (a scale for the tensor,
+given or found, or per token). Scales are float32 dequantization factors (x ~ q *
+scale), not reciprocals, as torch._scaled_mm takes them; a scale is max(amax, eps) /
+448. Finite values saturate to +-448; NaN and infinities become NaN, as torch's cast
+to float8_e4m3fn makes them. Built for sm_89 and newer (kernels/_lib/fp8.py)."""
+
+import torch
+
+from . import _C
+from . import _checks as check
+from ._fp8_reference import E4M3_MAX, PER_TOKEN_EPS
+from ._library import fake, routed
+
+_launch = _C.launch
+_GROUPS = check.groups("per_token_group_quant_fp8", "group")
+_PER_GROUP, _PER_ROW = _GROUPS[("128",)], _GROUPS[("row",)]
+_PER_TENSOR = check.groups("scaled_fp8_quant")[()]
+_INPUTS = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _group_shapes(op, input, group_size):
+    """The rows and groups of `input`'s last dim, after refusing what has none."""
+    if input.dtype not in _INPUTS:
+        raise TypeError(f"{op}: input must be float16, bfloat16 or float32, not {input.dtype}")
+    if input.ndim == 0 or input.shape[-1] == 0:
+        raise ValueError(f"{op}: input needs a last dim to quantize, got {list(input.shape)}")
+    n = input.shape[-1]
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size <= 0:
+        raise ValueError(f"{op}: group_size must be a positive int, not {group_size!r}")
+    if n % group_size:
+        raise ValueError(
+            f"{op}: the last dim ({n}) must be a multiple of group_size ({group_size})"
+        )
+    if group_size not in (128, n):
+        raise ValueError(
+            f"{op}: group_size {group_size} is not built; the kernels take groups of 128 "
+            f"and whole rows (group_size={n})"
+        )
+    return input.numel() // n, n // group_size
+
+
+def _scales(rows, groups, column_major, device):
+    if column_major:
+        return torch.empty(groups, rows, dtype=torch.float32, device=device).t()
+    return torch.empty(rows, groups, dtype=torch.float32, device=device)
+
+
+@fake("per_token_group_quant_fp8")
+def _fake(input, group_size, eps=1e-10, column_major_scales=False):
+    rows, groups = _group_shapes("per_token_group_quant_fp8", input, group_size)
+    output = torch.empty(input.shape, dtype=torch.float8_e4m3fn, device=input.device)
+    scales = _scales(rows, groups, column_major_scales, input.device)
+    return output, scales.view(*input.shape[:-1], groups) if not column_major_scales else scales
+
+
+@routed("per_token_group_quant_fp8")
+def per_token_group_quant_fp8(input, group_size, eps=1e-10, column_major_scales=False):
+    """Quantize each row's groups of `group_size` elements of `input` (float16, bfloat16
+    or float32, any leading dims) to float8_e4m3fn: (values as input's shape, float32
+    scales of shape (*leading, last / group_size)). Groups of 128 (DeepSeek-style
+    blocks) and whole rows (group_size = the last dim: per token) are built.
+    `column_major_scales`: the scales as a (rows, groups) view of a (groups, rows)
+    tensor, the layout DeepGEMM-style products read (2-dim input only)."""
+    op = "per_token_group_quant_fp8"
+    check.tensor(op, "input", input)
+    rows, groups = _group_shapes(op, input, group_size)
+    if column_major_scales and input.ndim != 2:
+        raise ValueError(f"{op}: column_major_scales takes a 2-dim input, got {input.ndim} dims")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
+        raise ValueError(f"{op}: eps must be a positive number, not {eps!r}")
+    flat = input.reshape(rows, input.shape[-1])
+    scales = _scales(rows, groups, column_major_scales, input.device)
+    kernel = _PER_ROW if groups == 1 else _PER_GROUP
+    output = _launch(kernel, flat, scales, float(eps), None)
+    if not column_major_scales:
+        scales = scales.view(*input.shape[:-1], groups)
+    return output.view(input.shape), scales
+
+
+@fake("scaled_fp8_quant")
+def _fake_scaled(input, scale=None, use_per_token_if_dynamic=False):
+    _scaled_checks("scaled_fp8_quant", input, scale)
+    output = torch.empty(input.shape, dtype=torch.float8_e4m3fn, device=input.device)
+    if scale is None and use_per_token_if_dynamic:
+        return output, torch.empty(
+            input.numel() // input.shape[-1], 1, dtype=torch.float32, device=input.device
+        )
+    if scale is None:
+        return output, torch.empty(1, dtype=torch.float32, device=input.device)
+    return output, scale.clone()
+
+
+def _scaled_checks(op, input, scale):
+    if input.dtype not in _INPUTS:
+        raise TypeError(f"{op}: input must be float16, bfloat16 or float32, not {input.dtype}")
+    if input.ndim == 0 or input.shape[-1] == 0:
+        raise ValueError(f"{op}: input needs a last dim to quantize, got {list(input.shape)}")
+    if scale is None:
+        return
+    if scale.dtype != torch.float32 or scale.numel() != 1:
+        raise ValueError(
+            f"{op}: scale must be a float32 tensor of one element (a per-tensor scale), got "
+            f"{scale.dtype} of shape {list(scale.shape)}"
+        )
+    if scale.device != input.device:
+        raise ValueError(f"{op}: scale is on {scale.device}, input on {input.device}")
+
+
+@routed("scaled_fp8_quant")
+def scaled_fp8_quant(input, scale=None, use_per_token_if_dynamic=False):
+    """vLLM's scaled_fp8_quant: `input` (float16, bfloat16 or float32) to float8_e4m3fn
+    with one scale: `scale`, a float32 tensor of one element (static), or, where None,
+    max(the tensor's largest magnitude, 1/512) / 448 (dynamic); with
+    `use_per_token_if_dynamic` and no scale, one scale per token (row of the last dim),
+    of shape (tokens, 1). Returns (values of input's shape, the scale)."""
+    op = "scaled_fp8_quant"
+    check.tensor(op, "input", input)
+    if scale is not None:
+        check.tensor(op, "scale", scale)
+    _scaled_checks(op, input, scale)
+    if scale is None and use_per_token_if_dynamic:
+        values, scales = per_token_group_quant_fp8(input, input.shape[-1], PER_TOKEN_EPS)
+        return values, scales.reshape(-1, 1)
+    if scale is None:
+        # The largest magnitude in one reduction (NaN if the tensor holds one, as
+        # amax), then the scale; vLLM's dynamic path is two kernels and a memset too.
+        # (torch divides by 448 as a product with its reciprocal: the scale is within
+        # an ulp of the quotient; the values are quantized with the scale returned.)
+        scale = torch.linalg.vector_norm(input, float("inf"), dtype=torch.float32).reshape(1)
+        scale = scale.clamp_(min=PER_TOKEN_EPS).div_(E4M3_MAX)
+        return _launch(_PER_TENSOR, input, scale.reshape(()), None), scale
+    # A copy of the given scale, not the scale: a torch.library op's results alias none
+    # of its arguments (vLLM's function returns the argument itself).
+    return _launch(_PER_TENSOR, input, scale.reshape(()), None), scale.clone()

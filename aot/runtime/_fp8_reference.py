@@ -1,0 +1,45 @@
+"""The FP8 quantization functions in torch (aot/runtime/_fp8_quant.py's references: the
+tests compare with them, and the ops' fakes): the same division, saturation and
+rounding as the kernels (kernels/_lib/fp8.py). Imports torch only."""
+
+import torch
+
+E4M3_MAX = 448.0
+# scaled_fp8_quant's dynamic scales, per token and per tensor, are at least 1 / (448 *
+# 512), as vLLM's per-token ones: an all-zero row quantizes to zeros, not 0 / 0.
+PER_TOKEN_EPS = 1.0 / 512
+
+
+def group_reference(input, group_size, eps=1e-10, column_major_scales=False):
+    """per_token_group_quant_fp8 in torch (the tests' reference): the same division,
+    saturation and rounding."""
+    n = input.shape[-1]
+    groups = n // group_size
+    x = input.float().reshape(-1, groups, group_size)
+    amax = x.abs().amax(-1, keepdim=True).clamp(min=eps)
+    # Divided by a tensor: torch divides by a number as a product with its reciprocal,
+    # an ulp off the quotient the kernels take.
+    scale = amax / torch.full_like(amax, E4M3_MAX)
+    values = _saturated(x, scale).to(torch.float8_e4m3fn).reshape(input.shape)
+    scales = scale.reshape(*input.shape[:-1], groups)
+    if column_major_scales:
+        scales = scales.t().contiguous().t()
+    return values, scales
+
+
+def _saturated(x, scale):
+    """x times the scale's reciprocal (IEEE-rounded, as the kernels take it) within
+    +-448, NaN where x is infinite (as torch's cast makes it)."""
+    y = (x * torch.reciprocal(scale)).clamp(-E4M3_MAX, E4M3_MAX)
+    return torch.where(x.isinf(), torch.nan, y)
+
+
+def scaled_reference(input, scale=None, use_per_token_if_dynamic=False):
+    """scaled_fp8_quant in torch (the tests' reference)."""
+    if scale is None and use_per_token_if_dynamic:
+        values, scales = group_reference(input, input.shape[-1], PER_TOKEN_EPS)
+        return values, scales.reshape(-1, 1)
+    if scale is None:  # as the runtime finds it: torch's division by a number
+        amax = input.float().abs().amax().reshape(1)
+        scale = amax.clamp(min=PER_TOKEN_EPS) / E4M3_MAX
+    return _saturated(input.float(), scale.float()).to(torch.float8_e4m3fn), scale.clone()

@@ -1,0 +1,107 @@
+"""FP8 quantization's speed (issue 31): the wheel's scaled_fp8_quant and
+per_token_group_quant_fp8 on activations of a Llama-3-8B layer (hidden 4096, MLP
+14336) at decode and prefill sizes, in CUDA graphs, against the same math in torch
+(eager ops, as a user without kernels writes it) and against a copy of the input (a
+bf16 read and a bf16 write: the bandwidth this machine reaches), side by side in one
+run. GB/s counts what the kernel must move: the input read, the values and scales
+written (and for a dynamic per-tensor scale, the input read twice).
+
+    PYTHONPATH=.site python3 tests/benchmarks/bench_fp8.py [--json OUT]
+"""
+
+import argparse
+import json
+import statistics
+
+import torch
+
+import ntops_prebuilt as nt
+from ntops_prebuilt import _fp8_reference as reference
+
+SHAPES = ((1, 4096), (16, 4096), (256, 4096), (2048, 4096), (8192, 4096), (2048, 14336))
+
+
+def graph_us(call, repeats=5, replays=20):
+    call()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000 / replays)
+    return statistics.median(times)
+
+
+def cases(x):
+    rows = x.shape[0]
+    static = torch.tensor([0.01], device="cuda")
+    size = x.numel()
+    written = size + 4 * rows  # values, and a scale a row
+    return {
+        "per tensor, static": (
+            lambda: nt.scaled_fp8_quant(x, static),
+            lambda: reference.scaled_reference(x, static),
+            2 * size + size,
+        ),
+        "per tensor, dynamic": (
+            lambda: nt.scaled_fp8_quant(x),
+            lambda: reference.scaled_reference(x),
+            2 * 2 * size + size,
+        ),
+        "per token": (
+            lambda: nt.scaled_fp8_quant(x, use_per_token_if_dynamic=True),
+            lambda: reference.scaled_reference(x, None, True),
+            2 * size + written,
+        ),
+        "groups of 128": (
+            lambda: nt.per_token_group_quant_fp8(x, 128),
+            lambda: reference.group_reference(x, 128),
+            2 * size + size + 4 * size // 128,
+        ),
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json")
+    options = parser.parse_args()
+    rows_out = []
+    for shape in SHAPES:
+        x = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+        copy = torch.empty_like(x)
+        copy_us = graph_us(lambda x=x, copy=copy: copy.copy_(x))
+        copy_gbps = 4 * x.numel() / copy_us / 1e3
+        for name, (ours, theirs, moved) in cases(x).items():
+            us, torch_us = graph_us(ours), graph_us(theirs)
+            row = {
+                "shape": list(shape),
+                "case": name,
+                "us": round(us, 2),
+                "torch_us": round(torch_us, 2),
+                "speed_vs_torch": round(torch_us / us, 2),
+                "GBps": round(moved / us / 1e3),
+                "of_copy": round(moved / us / 1e3 / copy_gbps, 3),
+                "copy_GBps": round(copy_gbps),
+            }
+            rows_out.append(row)
+            print(
+                f"{shape!s:14s} {name:20s} {us:8.2f} us  torch {torch_us:8.2f} us "
+                f"({row['speed_vs_torch']:5.2f}x)  {row['GBps']:5d} GB/s = "
+                f"{row['of_copy']:.2f} of a copy ({row['copy_GBps']} GB/s)",
+                flush=True,
+            )
+    if options.json:
+        result = {"device": torch.cuda.get_device_name(), "rows": rows_out}
+        with open(options.json, "w") as file:
+            json.dump(result, file, indent=1)
+
+
+if __name__ == "__main__":
+    main()
