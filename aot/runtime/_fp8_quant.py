@@ -10,13 +10,17 @@ import torch
 
 from . import _C
 from . import _checks as check
-from ._fp8_reference import E4M3_MAX, PER_TOKEN_EPS
+from ._fp8_reference import E4M3_MAX, PER_TOKEN_EPS, fused_floor
 from ._library import fake, routed
 
 _launch = _C.launch
 _GROUPS = check.groups("per_token_group_quant_fp8", "group")
 _PER_GROUP, _PER_ROW = _GROUPS[("128",)], _GROUPS[("row",)]
 _PER_TENSOR = check.groups("scaled_fp8_quant")[()]
+_RMS_NORM = check.groups("rms_norm_quant_fp8", "group")
+_SILU_MUL = check.groups("silu_mul_quant_fp8", "group")
+# rms_norm's eps when None: float32's, as torch computes half types in float.
+_NORM_EPS = torch.finfo(torch.float32).eps
 _INPUTS = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -134,3 +138,82 @@ def scaled_fp8_quant(input, scale=None, use_per_token_if_dynamic=False):
     # A copy of the given scale, not the scale: a torch.library op's results alias none
     # of its arguments (vLLM's function returns the argument itself).
     return _launch(_PER_TENSOR, input, scale.reshape(()), None), scale.clone()
+
+
+def _fused_shapes(op, input, group_size, *others):
+    """(rows, groups, the kernel's switch) of a fused form's call, after its checks:
+    `others` are (name, tensor, shape it must have) of its other tensors."""
+    if group_size is None:
+        group_size = input.shape[-1] if input.ndim else 1
+    rows, groups = _group_shapes(op, input, group_size)
+    for name, tensor, shape in others:
+        if tensor.dtype != input.dtype:
+            raise TypeError(f"{op}: {name} is {tensor.dtype}, input {input.dtype}: pass one dtype")
+        if tuple(tensor.shape) != tuple(shape):
+            raise ValueError(
+                f"{op}: {name} must have shape {list(shape)}, got {list(tensor.shape)}"
+            )
+        if tensor.device != input.device:
+            raise ValueError(f"{op}: {name} is on {tensor.device}, input on {input.device}")
+    return rows, groups, ("row",) if groups == 1 else ("128",)
+
+
+def _fused_results(input, rows, groups):
+    output = torch.empty(input.shape, dtype=torch.float8_e4m3fn, device=input.device)
+    return output, torch.empty(*input.shape[:-1], groups, dtype=torch.float32, device=input.device)
+
+
+@fake("rms_norm_quant_fp8")
+def _fake_rms_norm(input, weight, eps=None, group_size=None):
+    op = "rms_norm_quant_fp8"
+    rows, groups, _ = _fused_shapes(op, input, group_size, ("weight", weight, input.shape[-1:]))
+    return _fused_results(input, rows, groups)
+
+
+@routed("rms_norm_quant_fp8")
+def rms_norm_quant_fp8(input, weight, eps=None, group_size=None):
+    """rms_norm of `input` over its last dim times `weight`, quantized to float8_e4m3fn
+    in the same pass: (values of input's shape, float32 scales of shape (*leading,
+    groups)), a scale per token (group_size None, or the last dim) or per group of 128,
+    found from the normalized values in fp32. eps None: float32's, as rms_norm's.
+    Scales are at least 1 / (512 * 448) per token, 1e-10 / 448 per group."""
+    op = "rms_norm_quant_fp8"
+    check.tensor(op, "input", input)
+    check.tensor(op, "weight", weight)
+    n = input.shape[-1] if input.ndim else 0
+    rows, groups, switch = _fused_shapes(op, input, group_size, ("weight", weight, (n,)))
+    eps = _NORM_EPS if eps is None else eps
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or eps < 0:
+        raise ValueError(f"{op}: eps must be a number of at least 0, not {eps!r}")
+    scales = torch.empty(rows, groups, dtype=torch.float32, device=input.device)
+    floor = fused_floor(n, group_size)
+    flat = input.reshape(rows, n)
+    output = _launch(_RMS_NORM[switch], flat, weight, float(eps), scales, floor, None)
+    return output.view(input.shape), scales.view(*input.shape[:-1], groups)
+
+
+@fake("silu_mul_quant_fp8")
+def _fake_silu_mul(input, other, group_size=None):
+    op = "silu_mul_quant_fp8"
+    rows, groups, _ = _fused_shapes(op, input, group_size, ("other", other, input.shape))
+    return _fused_results(input, rows, groups)
+
+
+@routed("silu_mul_quant_fp8")
+def silu_mul_quant_fp8(input, other, group_size=None):
+    """silu(input) * other quantized to float8_e4m3fn in one pass (a SwiGLU MLP's gate
+    before an FP8 down projection): (values of input's shape, float32 scales of shape
+    (*leading, groups)), a scale per token (group_size None, or the last dim) or per
+    group of 128, found from the products in fp32; `other` of input's shape and dtype.
+    Scales are at least 1 / (512 * 448) per token, 1e-10 / 448 per group."""
+    op = "silu_mul_quant_fp8"
+    check.tensor(op, "input", input)
+    check.tensor(op, "other", other)
+    shape = input.shape
+    rows, groups, switch = _fused_shapes(op, input, group_size, ("other", other, shape))
+    n = input.shape[-1]
+    scales = torch.empty(rows, groups, dtype=torch.float32, device=input.device)
+    flat, other_flat = input.reshape(rows, n), other.reshape(rows, n)
+    floor = fused_floor(n, group_size)
+    output = _launch(_SILU_MUL[switch], flat, other_flat, scales, floor, None)
+    return output.view(shape), scales.view(*shape[:-1], groups)

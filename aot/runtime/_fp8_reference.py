@@ -43,3 +43,30 @@ def scaled_reference(input, scale=None, use_per_token_if_dynamic=False):
         amax = input.float().abs().amax().reshape(1)
         scale = amax.clamp(min=PER_TOKEN_EPS) / E4M3_MAX
     return _saturated(input.float(), scale.float()).to(torch.float8_e4m3fn), scale.clone()
+
+
+# The fused forms' scales are at least these: per token as scaled_fp8_quant's, per
+# group as per_token_group_quant_fp8's default.
+GROUP_EPS = 1e-10
+
+
+def fused_floor(n, group_size):
+    """The least magnitude a fused form's scale takes: per token (group_size None or the
+    row) PER_TOKEN_EPS, per group GROUP_EPS."""
+    return PER_TOKEN_EPS if group_size in (None, n) else GROUP_EPS
+
+
+def rms_norm_quant_reference(input, weight, eps=None, group_size=None):
+    """rms_norm_quant_fp8 in torch: F.rms_norm in fp32, then quantized as
+    per_token_group_quant_fp8 quantizes (the same scales' floor as the kernel's)."""
+    n = input.shape[-1]
+    eps = torch.finfo(torch.float32).eps if eps is None else eps
+    y = torch.nn.functional.rms_norm(input.float(), (n,), weight.float(), eps)
+    return group_reference(y, group_size or n, fused_floor(n, group_size))
+
+
+def silu_mul_quant_reference(input, other, group_size=None):
+    """silu_mul_quant_fp8 in torch: silu(input) * other in fp32, then quantized."""
+    n = input.shape[-1]
+    y = torch.nn.functional.silu(input.float()) * other.float()
+    return group_reference(y, group_size or n, fused_floor(n, group_size))

@@ -50,3 +50,23 @@ def quantized(x, inverse):
 def most(a, b):
     """max(a, b), NaN if either is."""
     return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def group_scales(y, floor, GROUP: tl.constexpr):
+    """The scales of a (rows, width) tile's groups of GROUP columns: (rows, width /
+    GROUP)."""
+    ROWS: tl.constexpr = y.shape[0]
+    WIDTH: tl.constexpr = y.shape[1]
+    groups = tl.reshape(y, (ROWS, WIDTH // GROUP, GROUP))
+    return scale_of(largest(groups, 2), floor)
+
+
+@triton.jit
+def group_quantized(y, scales, GROUP: tl.constexpr):
+    """A (rows, width) tile quantized group by group with `scales` (rows, width /
+    GROUP), ready for the conversion."""
+    ROWS: tl.constexpr = y.shape[0]
+    WIDTH: tl.constexpr = y.shape[1]
+    groups = tl.reshape(y, (ROWS, WIDTH // GROUP, GROUP))
+    return tl.reshape(quantized(groups, reciprocal(scales)[:, :, None]), (ROWS, WIDTH))

@@ -97,10 +97,58 @@ def main():
                 f"{row['of_copy']:.2f} of a copy ({row['copy_GBps']} GB/s)",
                 flush=True,
             )
+    fused_out = fused()
     if options.json:
-        result = {"device": torch.cuda.get_device_name(), "rows": rows_out}
+        result = {"device": torch.cuda.get_device_name(), "rows": rows_out, "fused": fused_out}
         with open(options.json, "w") as file:
             json.dump(result, file, indent=1)
+
+
+def _fused_cases(x, weight, gate, up, group):
+    """{op: (fused, the op alone, the op then the quantization)}."""
+    n, width = x.shape[-1], gate.shape[-1]
+    return {
+        "rms_norm": (
+            lambda: nt.rms_norm_quant_fp8(x, weight, 1e-6, group),
+            lambda: nt.rms_norm(x, (n,), weight, 1e-6),
+            lambda: nt.per_token_group_quant_fp8(nt.rms_norm(x, (n,), weight, 1e-6), group or n),
+        ),
+        "silu_mul": (
+            lambda: nt.silu_mul_quant_fp8(gate, up, group),
+            lambda: nt.silu_mul(gate, up),
+            lambda: nt.per_token_group_quant_fp8(nt.silu_mul(gate, up), group or width),
+        ),
+    }
+
+
+def fused():
+    """The fused forms against the op they extend alone (rms_norm, silu_mul: bf16 out)
+    and against that op followed by the quantization (two kernels), same run."""
+    found = []
+    for rows in (1, 16, 256, 2048, 8192):
+        x = torch.randn(rows, 4096, device="cuda", dtype=torch.bfloat16)
+        weight = torch.rand(4096, device="cuda", dtype=torch.bfloat16)
+        gate, up = (torch.randn(rows, 14336, device="cuda", dtype=torch.bfloat16) for _ in "gu")
+        for group in (None, 128):
+            cases = _fused_cases(x, weight, gate, up, group)
+            for name, (together, alone, apart) in cases.items():
+                us, alone_us, apart_us = (graph_us(call) for call in (together, alone, apart))
+                row = {
+                    "rows": rows,
+                    "case": f"{name} + {'per token' if group is None else 'groups of 128'}",
+                    "us": round(us, 2),
+                    "op_alone_us": round(alone_us, 2),
+                    "over_op_alone": round(us / alone_us, 3),
+                    "two_kernels_us": round(apart_us, 2),
+                }
+                found.append(row)
+                print(
+                    f"rows {rows:5d} {row['case']:26s} fused {us:8.2f} us, {name} alone "
+                    f"{alone_us:8.2f} us ({row['over_op_alone']:.2f}x), {name} then the "
+                    f"quantization {apart_us:8.2f} us",
+                    flush=True,
+                )
+    return found
 
 
 if __name__ == "__main__":

@@ -141,3 +141,29 @@ def test_every_mode_replays_in_a_cuda_graph(nt):
     for call, results in zip(calls, captured, strict=True):
         for one, theirs in zip(results, call(), strict=True):
             torch.testing.assert_close(one, theirs, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("group_size", [None, 128])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_fused_forms_are_within_half_a_unit_of_their_math(nt, group_size, dtype):
+    """rms_norm_quant_fp8 and silu_mul_quant_fp8 against the fp32 values they quantize
+    (the sums of squares and exp differ from torch's in the last bits: 2^-20 of a value
+    on top of half a unit)."""
+    x = (torch.randn(300, 1024, device="cuda") * 2).to(dtype)
+    weight = torch.rand(1024, device="cuda").to(dtype) + 0.5
+    other = torch.randn(300, 1024, device="cuda").to(dtype)
+    norm = torch.nn.functional.rms_norm(x.float(), (1024,), weight.float(), 1e-6)
+    gate = torch.nn.functional.silu(x.float()) * other.float()
+    for (values, scales), exact in [
+        (nt.rms_norm_quant_fp8(x, weight, 1e-6, group_size), norm),
+        (nt.silu_mul_quant_fp8(x, other, group_size), gate),
+    ]:
+        width = group_size or 1024
+        assert scales.shape == (300, 1024 // width)
+        scales = scales.repeat_interleave(width, -1)
+        bound = (half_unit(exact / scales) + (exact / scales).abs() * 2**-20) * scales
+        assert ((values.float() * scales - exact).abs() <= bound).all()
+        largest = exact.abs().view(300, -1, width).amax(-1).repeat_interleave(width, -1)
+        torch.testing.assert_close(
+            scales[:, ::width], (largest / 448)[:, ::width], rtol=1e-5, atol=0
+        )
