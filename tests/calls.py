@@ -164,9 +164,12 @@ def _arguments(api, sample, dtype, layout, make):
             values[name] = make(value, torch.int64, bound=sample["indices"][name])
         elif name in sample["shapes"]:
             strides = _transposed(value) if layout == "transposed" else None
-            values[name] = make(value, dtype, strides=strides, domain=sample["domain"])
+            own = torch.float32 if name in sample.get("float32", ()) else dtype
+            values[name] = make(value, own, strides=strides, domain=sample["domain"])
         elif types[name] in ("Tensor|Number", "Tensor|Number?", "Scalar"):
             values[name] = number(value, dtype)
+        elif types[name] == "ScalarType?" and isinstance(value, str):
+            values[name] = getattr(torch, value)
         else:
             values[name] = value
     first = api["params"][0]["name"]

@@ -64,11 +64,15 @@ class Sample:
     tensor argument (`()` a 0-dim one), anything else is passed as is. `domain` limits
     the values of floating inputs ("positive": away from 0, for rsqrt or pow);
     `indices` names the tensors of indices, with their bound: int64 values in
-    [0, bound) (an embedding's rows)."""
+    [0, bound) (an embedding's rows); `float32` the tensors made float32 whatever the
+    op's dtype (an FP8 product's scales). A `ScalarType?` argument is given by its
+    torch name ("bfloat16")."""
 
     values: Mapping[str, Any]
     domain: str | None = None
     indices: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    # Tensors made float32 whatever the op's dtype: an FP8 product's scales.
+    float32: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         values = {
@@ -81,6 +85,7 @@ class Sample:
             "shapes": shapes,
             "domain": self.domain,
             "indices": dict(self.indices),
+            "float32": list(self.float32),
         }
 
     def _shapes(self) -> set[str]:
@@ -88,9 +93,12 @@ class Sample:
 
 
 def sample(
-    domain: str | None = None, indices: Mapping[str, int] | None = None, **values: Any
+    domain: str | None = None,
+    indices: Mapping[str, int] | None = None,
+    float32: tuple[str, ...] = (),
+    **values: Any,
 ) -> Sample:
-    return Sample(values, domain, dict(indices or {}))
+    return Sample(values, domain, dict(indices or {}), tuple(float32))
 
 
 @dataclasses.dataclass(frozen=True)

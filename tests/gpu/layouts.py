@@ -26,6 +26,8 @@ BY_NAME = {
     "i64": torch.int64,
     "u8": torch.uint8,
     "bool": torch.bool,
+    "fp8e4m3": torch.float8_e4m3fn,
+    "fp8e5m2": torch.float8_e5m2,
 }
 
 

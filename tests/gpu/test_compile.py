@@ -14,6 +14,17 @@ pytestmark = pytest.mark.gpu
 F = torch.nn.functional
 NAMESPACE = "ntops_prebuilt"
 TEST_UTILS = ("test_schema", "test_faketensor")
+FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def _test_utils(args, kwargs):
+    """opcheck's tests for a call: test_schema compares the arguments before and after
+    with torch ops that FP8 tensors lack ("mul_cuda" not implemented for
+    'Float8_e4m3fn', torch 2.11), so an FP8 call checks its fake only."""
+    tensors = [v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor)]
+    if any(tensor.dtype in FP8 for tensor in tensors):
+        return ("test_faketensor",)
+    return TEST_UTILS
 
 
 @pytest.fixture
@@ -111,7 +122,7 @@ def test_opcheck_on_every_overload_the_declared_calls_reach(nt):
         for op, args, kwargs in ops:
             seen.add(str(op).removeprefix(f"{NAMESPACE}."))
             try:
-                torch.library.opcheck(op, args, kwargs, test_utils=TEST_UTILS)
+                torch.library.opcheck(op, args, kwargs, test_utils=_test_utils(args, kwargs))
             except Exception as failure:
                 first = " ".join(str(failure).strip().splitlines()[:3])
                 problems.append((call.name, f"{call.label}: opcheck of {op}: {first}"[:800]))
