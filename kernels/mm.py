@@ -17,6 +17,7 @@ from ._lib import products
 # tile loop and every function it calls are imported by name.
 from ._lib.parts import arrive, claim, partial_results  # noqa: F401
 from ._lib.products import (  # noqa: F401
+    accumulate,
     descriptor_of,
     finish,
     load_tile,

@@ -103,7 +103,7 @@ def constants(
     from their unit-stride dims (`operands` names the left and right ones' slots)."""
     left, right = operands
     aligned = spec is not None and spec.aligned and spec.width == 32
-    use_tma = bool(tma) and aligned and dtype in ("fp16", "bf16")
+    use_tma = bool(tma) and aligned and dtype in ("fp16", "bf16", "fp8e4nv")
     # Column-major right operand: its unit stride is on the K dim (nn.Linear weights).
     right_t = spec is not None and bool(spec.unit) and spec.unit[right] == ndim - 2
     left_t = spec is not None and bool(spec.unit) and spec.unit[left] == ndim - 2
@@ -257,17 +257,38 @@ def operands(
 
 
 @triton.jit
+def accumulate(left, right, accumulator, PRECISION: tl.constexpr, BLOCK_K: tl.constexpr,
+               SCALED: tl.constexpr):  # fmt: skip
+    """accumulator + left @ right. SCALED (FP8 operands): each K step's products summed
+    by the tensor cores and then added in fp32 (Triton's max_num_imprecise_acc), where
+    Hopper's default leaves the whole sum to the FP8 tensor cores' adder, which keeps
+    about 14 bits (DeepSeek-V3's report; torch._scaled_mm's use_fast_accum)."""
+    if SCALED:
+        summed = tl.dot(left, right, accumulator, max_num_imprecise_acc=BLOCK_K)
+    else:
+        summed = tl.dot(left, right, accumulator, input_precision=PRECISION)
+    return summed
+
+
+@triton.jit
 def finish(
     accumulator, c, c_desc, z, m, n, M, N, sc_b, sc_m, sc_n,
     bias, sd_b, sd_m, sd_n, beta, alpha,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr,
     HAS_BIAS: tl.constexpr, BATCHED: tl.constexpr,
+    scale_a=0, ss_m=0, scale_b=0, ss_n=0, SCALED: tl.constexpr = False,
 ):  # fmt: skip
     """Store output tile (z, m, n): alpha * accumulator + beta * bias (addmm), else
-    the accumulator, in the output's dtype."""
+    the accumulator, in the output's dtype. SCALED (scaled_mm): the accumulator times
+    each row's scale_a and each column's scale_b first (strides ss_m and ss_n: 0 for a
+    scale per tensor)."""
     rows = m * BLOCK_M + tl.arange(0, BLOCK_M)
     columns = n * BLOCK_N + tl.arange(0, BLOCK_N)
     inside = (rows[:, None] < M) & (columns[None, :] < N)
+    if SCALED:
+        by_row = tl.load(scale_a + rows * ss_m, mask=rows < M, other=0.0)
+        by_column = tl.load(scale_b + columns * ss_n, mask=columns < N, other=0.0)
+        accumulator = accumulator * by_row[:, None] * by_column[None, :]
     if HAS_BIAS:
         added = tl.load(
             bias + z * sd_b + rows[:, None] * sd_m + columns[None, :] * sd_n, mask=inside, other=0.0
@@ -294,8 +315,10 @@ def product(
     GROUP_M: tl.constexpr, TMA: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr,
     WARP_SPECIALIZE: tl.constexpr, FLATTEN: tl.constexpr, PRECISION: tl.constexpr,
     SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr, BATCHED: tl.constexpr,
+    scale_a=0, ss_m=0, scale_b=0, ss_n=0, SCALED: tl.constexpr = False,
 ):  # fmt: skip
-    """c[z] = a[z] @ b[z] (+ beta * bias[z], times alpha) for z < batch, tile by tile.
+    """c[z] = a[z] @ b[z] (+ beta * bias[z], times alpha) for z < batch, tile by tile;
+    SCALED, the products scaled by row and column first (`finish`).
     Unsplit, programs take tiles pid, pid + programs, ... (one each unless
     persistent). Split (SPLIT), the grid is tiles x parts and each program sums a
     part of K for one tile (`product_part`)."""
@@ -313,7 +336,7 @@ def product(
             a, b, c, a_desc, b_desc, c_desc, batch, M, N, K, sa_b, sa_m, sa_k,
             sb_b, sb_k, sb_n, sc_b, sc_m, sc_n, bias, sd_b, sd_m, sd_n, beta, alpha,
             workspace, launch, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, TMA, A_T, B_T, PRECISION,
-            HAS_BIAS, BATCHED,
+            HAS_BIAS, BATCHED, scale_a, ss_m, scale_b, ss_n, SCALED,
         )  # fmt: skip
     else:
         for tile in tl.range(
@@ -328,10 +351,11 @@ def product(
                     sa_b, sa_m, sa_k, sb_b, sb_k, sb_n, BLOCK_M, BLOCK_N, BLOCK_K,
                     TMA, A_T, B_T, BATCHED,
                 )  # fmt: skip
-                accumulator = tl.dot(left, right, accumulator, input_precision=PRECISION)
+                accumulator = accumulate(left, right, accumulator, PRECISION, BLOCK_K, SCALED)
             finish(
                 accumulator, c, c_desc, z, m, n, M, N, sc_b, sc_m, sc_n,
                 bias, sd_b, sd_m, sd_n, beta, alpha, BLOCK_M, BLOCK_N, TMA, HAS_BIAS, BATCHED,
+                scale_a, ss_m, scale_b, ss_n, SCALED,
             )  # fmt: skip
 
 
@@ -342,6 +366,7 @@ def product_part(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, TMA: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr,
     PRECISION: tl.constexpr, HAS_BIAS: tl.constexpr, BATCHED: tl.constexpr,
+    scale_a=0, ss_m=0, scale_b=0, ss_n=0, SCALED: tl.constexpr = False,
 ):  # fmt: skip
     """Split K: program pid sums part pid % parts of K for tile pid // parts (the
     parts of a tile run side by side) and leaves its fp32 sum in the workspace; the
@@ -369,7 +394,7 @@ def product_part(
             a, b, a_desc, b_desc, z, m, n, step * BLOCK_K, M, N, K,
             sa_b, sa_m, sa_k, sb_b, sb_k, sb_n, BLOCK_M, BLOCK_N, BLOCK_K, TMA, A_T, B_T, BATCHED,
         )  # fmt: skip
-        accumulator = tl.dot(left, right, accumulator, input_precision=PRECISION)
+        accumulator = accumulate(left, right, accumulator, PRECISION, BLOCK_K, SCALED)
     if parts > 1:
         partials = partial_results(workspace)
         within = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
@@ -383,12 +408,14 @@ def product_part(
             finish(
                 accumulator, c, c_desc, z, m, n, M, N, sc_b, sc_m, sc_n,
                 bias, sd_b, sd_m, sd_n, beta, alpha, BLOCK_M, BLOCK_N, TMA, HAS_BIAS, BATCHED,
+                scale_a, ss_m, scale_b, ss_n, SCALED,
             )  # fmt: skip
             tl.store(counters + tile, 0)  # a graph's replay finds no count of its own
     else:
         finish(
             accumulator, c, c_desc, z, m, n, M, N, sc_b, sc_m, sc_n,
             bias, sd_b, sd_m, sd_n, beta, alpha, BLOCK_M, BLOCK_N, TMA, HAS_BIAS, BATCHED,
+            scale_a, ss_m, scale_b, ss_n, SCALED,
         )  # fmt: skip
 
 

@@ -40,6 +40,7 @@ RUNTIME = {
     "_rms_norm.py",
     "_rotary.py",
     "_rows.py",
+    "_scaled_mm.py",
     "_settings.py",
     "_silu_mul.py",
     "_softmax.py",
