@@ -56,6 +56,9 @@ API = Api(
     "ntops_prebuilt._fp8_reference.rms_norm_quant_reference",
     wrapper="_fp8_quant",
     returns="(Tensor, Tensor)",
+    # One e4m3fn unit (2^-3 of a normal value, 2^-9 below them) where the fp32 values
+    # round apart from torch's (sums of squares, exp: in another order, another ulp).
+    tolerance=dict.fromkeys(("fp16", "bf16", "fp32"), (0.125, 2**-9)),
     samples=(
         sample(input=(6, 256), weight=(256,)),
         sample(input=(2, 3, 384), weight=(384,), group_size=128, eps=1e-6),

@@ -42,6 +42,9 @@ API = Api(
     "ntops_prebuilt._fp8_reference.silu_mul_quant_reference",
     wrapper="_fp8_quant",
     returns="(Tensor, Tensor)",
+    # One e4m3fn unit (2^-3 of a normal value, 2^-9 below them) where the fp32 values
+    # round apart from torch's (sums of squares, exp: in another order, another ulp).
+    tolerance=dict.fromkeys(("fp16", "bf16", "fp32"), (0.125, 2**-9)),
     samples=(
         sample(input=(6, 256), other=(6, 256)),
         sample(input=(2, 3, 384), other=(2, 3, 384), group_size=128),
@@ -49,9 +52,12 @@ API = Api(
     doc="silu(input) * other then FP8 quantization per token or per group.",
 )
 
+# Per token, an MLP's rows (8192-18944) in tiles of 8192: in tiles of 2048 (4 warps) one
+# row took 13 us, 2.3-2.8x silu_mul alone, its 14 loads one after another (H100, bf16,
+# rows of 14336; bench_fp8.py).
 CONFIGS = {
     "128": Config({"rows": 64}, num_warps=8, num_stages=2),
-    "row": Config({"rows": 1, "block_size": 2048}, num_warps=4, num_stages=2),
+    "row": Config({"rows": 1, "block_size": 8192}, num_warps=8, num_stages=2),
 }
 
 
@@ -99,7 +105,7 @@ def config(variant):
     return CONFIGS[dict(variant.switches)["group"]]
 
 
-def premake(ndim, dtype, group="128", rows=64, block_size=2048):
+def premake(ndim, dtype, group="128", rows=64, block_size=8192):
     input, other = Tensor(ndim, dtype=dtype, other=0), Tensor(ndim, dtype=dtype, other=0)
     scale, output = Tensor(ndim, dtype="fp32"), Tensor(ndim, dtype=E4M3)
     tensors = (input, other, scale, Tensor(0, dtype="fp32"), output)

@@ -98,8 +98,14 @@ def main():
                 flush=True,
             )
     fused_out = fused()
+    products_out = scaled_products()
     if options.json:
-        result = {"device": torch.cuda.get_device_name(), "rows": rows_out, "fused": fused_out}
+        result = {
+            "device": torch.cuda.get_device_name(),
+            "rows": rows_out,
+            "fused": fused_out,
+            "products": products_out,
+        }
         with open(options.json, "w") as file:
             json.dump(result, file, indent=1)
 
@@ -149,6 +155,74 @@ def fused():
                     flush=True,
                 )
     return found
+
+
+# Llama-3-8B's projections as (K, N): fused QKV, output, fused gate/up, down.
+PROJECTIONS = {
+    "qkv": (4096, 6144),
+    "o": (4096, 4096),
+    "gate_up": (4096, 28672),
+    "down": (14336, 4096),
+}
+PRODUCT_ROWS = (1, 16, 64, 128, 256, 2048)
+
+
+def scaled_products():
+    """scaled_mm against torch._scaled_mm (cuBLAS), per tensor and row-wise scales, bf16
+    results, weights in nn.Linear's layout rotating over 256 MB (no L2 reuse between
+    calls), and against the bf16 products (ours and cuBLAS's) of the same shapes."""
+    e4m3 = torch.float8_e4m3fn
+    found = []
+    for name, (k, n) in PROJECTIONS.items():
+        copies = max(1, 256 * 2**20 // (k * n))
+        weights = [(torch.randn(n, k, device="cuda") / 8).to(e4m3) for _ in range(copies)]
+        halves = [w.to(torch.bfloat16) for w in weights[: max(1, copies // 2)]]
+        for rows in PRODUCT_ROWS:
+            x = (torch.randn(rows, k, device="cuda") * 2).to(e4m3)
+            x16 = x.to(torch.bfloat16)
+            one = torch.ones((), device="cuda")
+            by_row, by_column = torch.rand(rows, 1, device="cuda"), torch.rand(1, n, device="cuda")
+            kinds = {"per tensor": (one, one), "row-wise": (by_row, by_column)}
+            row = {"projection": name, "rows": rows}
+            for kind, (sa, sb) in kinds.items():
+                ours = _rotating(
+                    weights,
+                    lambda w, x=x, sa=sa, sb=sb: nt.scaled_mm(
+                        x, w.t(), sa, sb, out_dtype=torch.bfloat16
+                    ),
+                )
+                theirs = _rotating(
+                    weights,
+                    lambda w, x=x, sa=sa, sb=sb: torch._scaled_mm(
+                        x, w.t(), sa, sb, out_dtype=torch.bfloat16
+                    ),
+                )
+                row[kind] = {"us": round(ours, 2), "torch_us": round(theirs, 2),
+                             "speed": round(theirs / ours, 3)}  # fmt: skip
+            row["bf16_us"] = round(_rotating(halves, lambda w, x16=x16: nt.mm(x16, w.t())), 2)
+            row["bf16_cublas_us"] = round(
+                _rotating(halves, lambda w, x16=x16: torch.nn.functional.linear(x16, w)), 2
+            )
+            found.append(row)
+            print(
+                f"{name:8s} rows {rows:5d}  per tensor {row['per tensor']['us']:8.2f} us "
+                f"({row['per tensor']['speed']:.2f}x torch)  row-wise {row['row-wise']['us']:8.2f}"
+                f" us ({row['row-wise']['speed']:.2f}x)  bf16 ours {row['bf16_us']:8.2f} "
+                f"cuBLAS {row['bf16_cublas_us']:8.2f} us",
+                flush=True,
+            )
+    return found
+
+
+def _rotating(weights, call):
+    """Device us per call of `call` over each weight in turn, in one CUDA graph."""
+    calls = [lambda w=w: call(w) for w in weights]
+
+    def all_of_them():
+        for one in calls:
+            one()
+
+    return graph_us(all_of_them) / len(calls)
 
 
 if __name__ == "__main__":
