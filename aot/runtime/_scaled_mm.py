@@ -106,3 +106,87 @@ def reference(input, mat2, scale_a, scale_b, bias=None, scale_result=None, out_d
     if bias is not None:
         product = product + bias.double()
     return product.to(out_dtype)
+
+
+_BLOCKED = check.groups("w8a8_block_fp8_matmul", "output_dtype")
+
+
+def _block_checked(op, input, weight, input_scale, weight_scale, block_size, output_dtype):
+    """(M, K, N, the result's dtype) of a 128-block call, after its checks."""
+    if list(block_size) != [128, 128]:
+        raise ValueError(
+            f"{op}: block_size must be [128, 128] (the built blocks), not {block_size}"
+        )
+    for name, tensor in (("input", input), ("weight", weight)):
+        if tensor.dtype != E4M3:
+            raise TypeError(f"{op}: {name} must be torch.float8_e4m3fn, not {tensor.dtype}")
+        if tensor.ndim != 2:
+            raise ValueError(f"{op}: {name} must have 2 dims, got {list(tensor.shape)}")
+    (m, k), (n, k2) = input.shape, weight.shape
+    if k != k2:
+        raise ValueError(
+            f"{op}: input {list(input.shape)} and weight {list(weight.shape)} (out, in) differ in K"
+        )
+    if k % 128:
+        raise ValueError(f"{op}: K ({k}) must be a multiple of 128, a scale block's")
+    blocks, column_blocks = k // 128, -(-n // 128)
+    for name, scale, shape in (
+        ("input_scale", input_scale, (m, blocks)),
+        ("weight_scale", weight_scale, (column_blocks, blocks)),
+    ):
+        if scale.dtype != torch.float32:
+            raise TypeError(f"{op}: {name} must be torch.float32, not {scale.dtype}")
+        if tuple(scale.shape) != shape:
+            raise ValueError(f"{op}: {name} must be {list(shape)}, got {list(scale.shape)}")
+        if scale.device != input.device:
+            raise ValueError(f"{op}: {name} is on {scale.device}, input on {input.device}")
+    if weight.device != input.device:
+        raise ValueError(f"{op}: weight is on {weight.device}, input on {input.device}")
+    result = torch.float16 if output_dtype is None else output_dtype
+    if result not in _OUT:
+        raise ValueError(
+            f"{op}: output_dtype must be torch.bfloat16, torch.float16 or torch.float32, not "
+            f"{output_dtype}"
+        )
+    return m, k, n, result
+
+
+@fake("w8a8_block_fp8_matmul")
+def _fake_blocked(input, weight, input_scale, weight_scale, block_size, output_dtype=None):
+    op = "w8a8_block_fp8_matmul"
+    m, _, n, result = _block_checked(
+        op, input, weight, input_scale, weight_scale, block_size, output_dtype
+    )
+    return torch.empty(m, n, dtype=result, device=input.device)
+
+
+@routed("w8a8_block_fp8_matmul")
+def w8a8_block_fp8_matmul(input, weight, input_scale, weight_scale, block_size,
+                          output_dtype=None):  # fmt: skip
+    """vLLM's w8a8_block_fp8_matmul: input (M, K) and weight (N, K) (nn.Linear's layout)
+    float8_e4m3fn, scaled per block: input_scale (M, K / 128) float32, a scale per row
+    and group of 128 (per_token_group_quant_fp8's, row- or column-major), weight_scale
+    (ceil(N / 128), K / 128), one per 128 x 128 block; block_size [128, 128]. Returns
+    (M, N) in output_dtype (float16 where None, as vLLM's), each block's products summed
+    by the tensor cores, scaled and added in fp32."""
+    op = "w8a8_block_fp8_matmul"
+    for name, tensor in (("input", input), ("weight", weight), ("input_scale", input_scale),
+                         ("weight_scale", weight_scale)):  # fmt: skip
+        check.tensor(op, name, tensor)
+    *_, result = _block_checked(
+        op, input, weight, input_scale, weight_scale, block_size, output_dtype
+    )
+    group = _BLOCKED[(_OUT[result],)]
+    return _launch(group, input, weight.t(), input_scale, weight_scale, None)
+
+
+def block_reference(input, weight, input_scale, weight_scale, block_size, output_dtype=None):
+    """w8a8_block_fp8_matmul's math in torch (the tests' reference): every block widened
+    and scaled, multiplied in float64, rounded once."""
+    op = "w8a8_block_fp8_matmul"
+    _, _, n, result = _block_checked(
+        op, input, weight, input_scale, weight_scale, block_size, output_dtype
+    )
+    left = input.double() * input_scale.double().repeat_interleave(128, 1)
+    blocks = weight_scale.double().repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)
+    return (left @ (weight.double() * blocks).t()).to(result)

@@ -170,7 +170,8 @@ PRODUCT_ROWS = (1, 16, 64, 128, 256, 2048)
 def scaled_products():
     """scaled_mm against torch._scaled_mm (cuBLAS), per tensor and row-wise scales, bf16
     results, weights in nn.Linear's layout rotating over 256 MB (no L2 reuse between
-    calls), and against the bf16 products (ours and cuBLAS's) of the same shapes."""
+    calls); w8a8_block_fp8_matmul (128-block scales, which torch refuses on sm_90)
+    against our per-tensor product; and the bf16 products (ours and cuBLAS's)."""
     e4m3 = torch.float8_e4m3fn
     found = []
     for name, (k, n) in PROJECTIONS.items():
@@ -199,6 +200,18 @@ def scaled_products():
                 )
                 row[kind] = {"us": round(ours, 2), "torch_us": round(theirs, 2),
                              "speed": round(theirs / ours, 3)}  # fmt: skip
+            x_scale = torch.rand(rows, k // 128, device="cuda")
+            w_scale = torch.rand(-(-n // 128), k // 128, device="cuda")
+            block = _rotating(
+                weights,
+                lambda w, x=x, xs=x_scale, ws=w_scale: nt.w8a8_block_fp8_matmul(
+                    x, w, xs, ws, [128, 128], torch.bfloat16
+                ),
+            )
+            row["128-block"] = {
+                "us": round(block, 2),
+                "over_per_tensor": round(block / row["per tensor"]["us"], 3),
+            }
             row["bf16_us"] = round(_rotating(halves, lambda w, x16=x16: nt.mm(x16, w.t())), 2)
             row["bf16_cublas_us"] = round(
                 _rotating(halves, lambda w, x16=x16: torch.nn.functional.linear(x16, w)), 2
@@ -207,7 +220,9 @@ def scaled_products():
             print(
                 f"{name:8s} rows {rows:5d}  per tensor {row['per tensor']['us']:8.2f} us "
                 f"({row['per tensor']['speed']:.2f}x torch)  row-wise {row['row-wise']['us']:8.2f}"
-                f" us ({row['row-wise']['speed']:.2f}x)  bf16 ours {row['bf16_us']:8.2f} "
+                f" us ({row['row-wise']['speed']:.2f}x)  128-block {block:8.2f} us "
+                f"({row['128-block']['over_per_tensor']:.2f}x ours per tensor)  bf16 ours "
+                f"{row['bf16_us']:8.2f} "
                 f"cuBLAS {row['bf16_cublas_us']:8.2f} us",
                 flush=True,
             )

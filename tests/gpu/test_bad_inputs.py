@@ -6,6 +6,8 @@ import torch
 H = torch.float16
 SDPA, ROPE = "scaled_dot_product_attention", "rotary_position_embedding"
 FP8, GROUP_FP8 = "scaled_fp8_quant", "per_token_group_quant_fp8"
+MM8, BLOCK8 = "scaled_mm", "w8a8_block_fp8_matmul"
+E4M3 = torch.float8_e4m3fn
 
 
 def cuda(*shape, dtype=torch.float32):
@@ -30,6 +32,8 @@ def _cases(nt):
     )
     a, b = cuda(8, 16), cuda(16, 4)
     group_fp8 = nt.per_token_group_quant_fp8
+    a8, w8, one = cuda(32, 64).to(E4M3), cuda(48, 64).to(E4M3), cuda(1)
+    a8b, w8b, block8 = cuda(32, 256).to(E4M3), cuda(96, 256).to(E4M3), nt.w8a8_block_fp8_matmul
     table = cuda(3, 4)
     return [
         ("add", lambda: nt.add(x, cuda(3, 5))),
@@ -118,6 +122,18 @@ def _cases(nt):
         (FP8, lambda: nt.scaled_fp8_quant(x, torch.ones(1))),
         (FP8, lambda: nt.scaled_fp8_quant(cpu)),
         (FP8, lambda: nt.scaled_fp8_quant(cuda(0))),
+        (MM8, lambda: nt.scaled_mm(a8, w8.t(), one, one)),  # out_dtype None: FP8 results
+        (MM8, lambda: nt.scaled_mm(cuda(32, 64, dtype=H), w8.t(), one, one, out_dtype=H)),
+        (MM8, lambda: nt.scaled_mm(a8, w8, one, one, out_dtype=H)),  # K differs
+        (MM8, lambda: nt.scaled_mm(a8, w8.t(), cuda(3, 1), one, out_dtype=H)),
+        (MM8, lambda: nt.scaled_mm(a8, w8.t(), one.cpu(), one, out_dtype=H)),
+        (MM8, lambda: nt.scaled_mm(a8, w8.t(), one, one, cuda(48), out_dtype=H)),
+        (MM8, lambda: nt.scaled_mm(a8, w8.t(), one.half(), one, out_dtype=H)),
+        (BLOCK8, lambda: block8(a8b, w8b, cuda(32, 2), cuda(1, 2), [64, 64])),
+        (BLOCK8, lambda: block8(a8b, w8b, cuda(32, 3), cuda(1, 2), [128, 128])),
+        (BLOCK8, lambda: block8(a8b, w8b, cuda(32, 2), cuda(2, 2), [128, 128])),
+        (BLOCK8, lambda: block8(a8b[:, :200], w8b[:, :200], cuda(32, 2), cuda(1, 2), [128, 128])),
+        (BLOCK8, lambda: block8(a8b, w8b, cuda(32, 2), cuda(1, 2), [128, 128], torch.int8)),
     ]  # fmt: skip
 
 
