@@ -92,7 +92,7 @@ def application_group(input, scale, eps, output):
 
 
 def application_row(input, scale, eps, output):
-    amax = largest(ntl.cast(input[0], ntl.float32), 1)
+    amax = ntl.zeros((input.dtype.shape[0],), dtype=ntl.float32)
     for i in range(input.shape[0]):
         amax = most(amax, largest(ntl.cast(input[i], ntl.float32), 1))
     factor = scale_of(amax, eps)

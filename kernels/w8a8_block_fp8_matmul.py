@@ -126,5 +126,5 @@ def premake(ndim, dtype, output_dtype="fp16", spec=None, **config):
         ndim, dtype, spec, (0, 1), "tf32", *blocks.values(), config.get("group_size_m", 8),
         config.get("tma", False), False, False, False,
     )  # fmt: skip
-    chosen = (fixed[0], fixed[1], fixed[2], fixed[3], fixed[4], fixed[5], fixed[6])
+    chosen = fixed[:7]  # block sizes, grouping, TMA and the operands' layouts
     return functools.partial(arrangement, **blocks), application, (*pair, *scales, output, *chosen)

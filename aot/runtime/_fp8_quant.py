@@ -24,12 +24,17 @@ _NORM_EPS = torch.finfo(torch.float32).eps
 _INPUTS = (torch.float16, torch.bfloat16, torch.float32)
 
 
-def _group_shapes(op, input, group_size):
-    """The rows and groups of `input`'s last dim, after refusing what has none."""
+def _input_checks(op, input):
+    """What every quantizing function asks of its input: a float dtype, a last dim."""
     if input.dtype not in _INPUTS:
         raise TypeError(f"{op}: input must be float16, bfloat16 or float32, not {input.dtype}")
     if input.ndim == 0 or input.shape[-1] == 0:
         raise ValueError(f"{op}: input needs a last dim to quantize, got {list(input.shape)}")
+
+
+def _group_shapes(op, input, group_size):
+    """The rows and groups of `input`'s last dim, after refusing what has none."""
+    _input_checks(op, input)
     n = input.shape[-1]
     if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size <= 0:
         raise ValueError(f"{op}: group_size must be a positive int, not {group_size!r}")
@@ -74,11 +79,16 @@ def per_token_group_quant_fp8(input, group_size, eps=1e-10, column_major_scales=
         raise ValueError(f"{op}: column_major_scales takes a 2-dim input, got {input.ndim} dims")
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
         raise ValueError(f"{op}: eps must be a positive number, not {eps!r}")
+    return _quantized_groups(input, rows, groups, float(eps), column_major_scales)
+
+
+def _quantized_groups(input, rows, groups, eps, column_major):
+    """per_token_group_quant_fp8's launch, on a checked call."""
     flat = input.reshape(rows, input.shape[-1])
-    scales = _scales(rows, groups, column_major_scales, input.device)
+    scales = _scales(rows, groups, column_major, input.device)
     kernel = _PER_ROW if groups == 1 else _PER_GROUP
-    output = _launch(kernel, flat, scales, float(eps), None)
-    if not column_major_scales:
+    output = _launch(kernel, flat, scales, eps, None)
+    if not column_major:
         scales = scales.view(*input.shape[:-1], groups)
     return output.view(input.shape), scales
 
@@ -97,10 +107,7 @@ def _fake_scaled(input, scale=None, use_per_token_if_dynamic=False):
 
 
 def _scaled_checks(op, input, scale):
-    if input.dtype not in _INPUTS:
-        raise TypeError(f"{op}: input must be float16, bfloat16 or float32, not {input.dtype}")
-    if input.ndim == 0 or input.shape[-1] == 0:
-        raise ValueError(f"{op}: input needs a last dim to quantize, got {list(input.shape)}")
+    _input_checks(op, input)
     if scale is None:
         return
     if scale.dtype != torch.float32 or scale.numel() != 1:
@@ -124,8 +131,9 @@ def scaled_fp8_quant(input, scale=None, use_per_token_if_dynamic=False):
     if scale is not None:
         check.tensor(op, "scale", scale)
     _scaled_checks(op, input, scale)
-    if scale is None and use_per_token_if_dynamic:
-        values, scales = per_token_group_quant_fp8(input, input.shape[-1], PER_TOKEN_EPS)
+    if scale is None and use_per_token_if_dynamic:  # one group a row, checked above
+        rows = input.numel() // input.shape[-1]
+        values, scales = _quantized_groups(input, rows, 1, PER_TOKEN_EPS, False)
         return values, scales.reshape(-1, 1)
     if scale is None:
         # The largest magnitude in one reduction (NaN if the tensor holds one, as

@@ -15,15 +15,22 @@ _OUT = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 E4M3 = torch.float8_e4m3fn
 
 
+def _operands(op, input, other, name):
+    """Both FP8 products' operand rules: float8_e4m3fn matrices on input's device."""
+    for called, tensor in (("input", input), (name, other)):
+        if tensor.dtype != E4M3:
+            raise TypeError(f"{op}: {called} must be torch.float8_e4m3fn, not {tensor.dtype}")
+        if tensor.ndim != 2:
+            raise ValueError(f"{op}: {called} must have 2 dims, got {list(tensor.shape)}")
+    if other.device != input.device:
+        raise ValueError(f"{op}: {name} is on {other.device}, input on {input.device}")
+
+
 def _checked(op, input, mat2, scale_a, scale_b, bias, scale_result, out_dtype):
     """The call's (M, K, N) after torch._scaled_mm's rules that this one keeps (any
     layout of the operands is taken; torch asks input row-major and mat2 column-major,
     as cuBLAS needs)."""
-    for name, tensor in (("input", input), ("mat2", mat2)):
-        if tensor.dtype != E4M3:
-            raise TypeError(f"{op}: {name} must be torch.float8_e4m3fn, not {tensor.dtype}")
-        if tensor.ndim != 2:
-            raise ValueError(f"{op}: {name} must have 2 dims, got {list(tensor.shape)}")
+    _operands(op, input, mat2, "mat2")
     (m, k), (k2, n) = input.shape, mat2.shape
     if k != k2:
         raise ValueError(f"{op}: input {list(input.shape)} and mat2 {list(mat2.shape)} differ in K")
@@ -56,8 +63,6 @@ def _checked(op, input, mat2, scale_a, scale_b, bias, scale_result, out_dtype):
             )
         if bias.device != input.device:
             raise ValueError(f"{op}: bias is on {bias.device}, input on {input.device}")
-    if mat2.device != input.device:
-        raise ValueError(f"{op}: mat2 is on {mat2.device}, input on {input.device}")
     return m, k, n
 
 
@@ -117,11 +122,7 @@ def _block_checked(op, input, weight, input_scale, weight_scale, block_size, out
         raise ValueError(
             f"{op}: block_size must be [128, 128] (the built blocks), not {block_size}"
         )
-    for name, tensor in (("input", input), ("weight", weight)):
-        if tensor.dtype != E4M3:
-            raise TypeError(f"{op}: {name} must be torch.float8_e4m3fn, not {tensor.dtype}")
-        if tensor.ndim != 2:
-            raise ValueError(f"{op}: {name} must have 2 dims, got {list(tensor.shape)}")
+    _operands(op, input, weight, "weight")
     (m, k), (n, k2) = input.shape, weight.shape
     if k != k2:
         raise ValueError(
@@ -140,8 +141,6 @@ def _block_checked(op, input, weight, input_scale, weight_scale, block_size, out
             raise ValueError(f"{op}: {name} must be {list(shape)}, got {list(scale.shape)}")
         if scale.device != input.device:
             raise ValueError(f"{op}: {name} is on {scale.device}, input on {input.device}")
-    if weight.device != input.device:
-        raise ValueError(f"{op}: weight is on {weight.device}, input on {input.device}")
     result = torch.float16 if output_dtype is None else output_dtype
     if result not in _OUT:
         raise ValueError(
