@@ -25,7 +25,9 @@ from ._lib import gluon_paged
 
 # ninetoothed copies into a kernel the Triton functions of its application's module:
 # `attend_paged` and every function it calls are imported by name.
+from ._lib.fp8 import quantized, reciprocal  # noqa: F401
 from ._lib.paged import (  # noqa: F401
+    as_cached,
     attend_block,
     attend_paged,
     block_row,
@@ -215,8 +217,9 @@ def application(
         value.source.data_ptr(), key_new.source.data_ptr(), value_new.source.data_ptr(),
         cu_seqlens_q.source.data_ptr(), k_starts.source.data_ptr(), k_lens.source.data_ptr(),
         block_table.source.data_ptr(), lse.source.data_ptr(), workspace.source.data_ptr(),
-        launch, scale, softcap, left, right, q_len, k_len, packed_k, cumulative, page_size,
-        appended, min_chunk, batch, query.source.shape[0],
+        launch, lse.source.data_ptr(), lse.source.data_ptr(), scale, softcap, left, right,
+        q_len, k_len, packed_k, cumulative, page_size, appended, min_chunk, batch,
+        query.source.shape[0],
         query.source.shape[1], key.source.shape[2], query.source.shape[2],
         plan.source.shape[2], key.source.shape[0], block_table.source.shape[1],
         key.source.shape[1], query.source.stride(0), query.source.stride(1),
@@ -225,7 +228,7 @@ def application(
         value.source.stride(1), value.source.stride(2), key_new.source.stride(0),
         key_new.source.stride(1), key_new.source.stride(2), value_new.source.stride(0),
         value_new.source.stride(1), value_new.source.stride(2), block_table.source.stride(0),
-        lse.source.stride(0), lse.source.stride(1), lse.source.stride(2),
+        lse.source.stride(0), lse.source.stride(1), lse.source.stride(2), 0, 0,
         block_m, block_n, block_d, parts, tma,
     )  # fmt: skip
 

@@ -165,6 +165,7 @@ def _arguments(api, sample, dtype, layout, make):
         elif name in sample["shapes"]:
             strides = _transposed(value) if layout == "transposed" else None
             own = torch.float32 if name in sample.get("float32", ()) else dtype
+            own = torch.float8_e4m3fn if name in sample.get("float8", ()) else own
             values[name] = make(value, own, strides=strides, domain=sample["domain"])
         elif types[name] in ("Tensor|Number", "Tensor|Number?", "Scalar"):
             values[name] = number(value, dtype)

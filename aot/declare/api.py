@@ -65,14 +65,16 @@ class Sample:
     the values of floating inputs ("positive": away from 0, for rsqrt or pow);
     `indices` names the tensors of indices, with their bound: int64 values in
     [0, bound) (an embedding's rows); `float32` the tensors made float32 whatever the
-    op's dtype (an FP8 product's scales). A `ScalarType?` argument is given by its
-    torch name ("bfloat16")."""
+    op's dtype (an FP8 product's scales), `float8` the ones made float8_e4m3fn (an FP8
+    KV cache). A `ScalarType?` argument is given by its torch name ("bfloat16")."""
 
     values: Mapping[str, Any]
     domain: str | None = None
     indices: Mapping[str, int] = dataclasses.field(default_factory=dict)
     # Tensors made float32 whatever the op's dtype: an FP8 product's scales.
     float32: tuple[str, ...] = ()
+    # Tensors made float8_e4m3fn: an FP8 KV cache beside half-type queries.
+    float8: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         values = {
@@ -86,6 +88,7 @@ class Sample:
             "domain": self.domain,
             "indices": dict(self.indices),
             "float32": list(self.float32),
+            "float8": list(self.float8),
         }
 
     def _shapes(self) -> set[str]:
@@ -96,9 +99,10 @@ def sample(
     domain: str | None = None,
     indices: Mapping[str, int] | None = None,
     float32: tuple[str, ...] = (),
+    float8: tuple[str, ...] = (),
     **values: Any,
 ) -> Sample:
-    return Sample(values, domain, dict(indices or {}), tuple(float32))
+    return Sample(values, domain, dict(indices or {}), tuple(float32), tuple(float8))
 
 
 @dataclasses.dataclass(frozen=True)

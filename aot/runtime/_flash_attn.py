@@ -5,6 +5,9 @@ paged cache, the new entries written by the same launch), with FlashAttention's
 arguments, semantics and results; both call `paged_attention`, one torch.library op
 whose schema declares the cache writes.
 
+An FP8 cache (float8_e4m3fn keys and values, with FlashAttention 3's k_descale and
+v_descale) goes to `paged_attention_fp8`, the same kernel built for FP8 arches.
+
 Every call is checked before anything is written (_paged_checks.py): shapes, dtypes,
 devices, the page table's and the lengths' shapes and dtypes, head dims. What only GPU
 memory holds (a page number past the cache, a length past the table) cannot make the
@@ -30,7 +33,11 @@ from ._library import compiling, fake, increment_versions, routed, traced
 
 _launch = _C.launch
 _OP = "paged_attention"
+_FP8_OP = "paged_attention_fp8"
 _GROUPS = {int(head_dim): group for (head_dim,), group in check.groups(_OP, "head_dim").items()}
+_FP8_GROUPS = {
+    int(head_dim): group for (head_dim,), group in check.groups(_FP8_OP, "head_dim").items()
+}
 # kernels/paged_attention.py's DECODE_QUERIES and UNIT_ROWS (tests/unit keeps them equal):
 # calls of up to 8 queries per request split their keys; the grid counts 16-row units.
 DECODE_QUERIES = 8
@@ -195,6 +202,7 @@ def _in_a_row(page_size, key, value):
 
 
 @fake(_OP)
+@fake(_FP8_OP)
 def _fake(query, key, value, cu_seqlens_q=None, *rest, **kwargs):
     """The results' metadata, after the checks that need no data."""
     checks.elements(_OP, query, key, value)
@@ -243,24 +251,69 @@ def paged_attention(
     )  # fmt: skip
 
 
+@routed(_FP8_OP)
+def paged_attention_fp8(
+    query,
+    key,
+    value,
+    cu_seqlens_q=None,
+    seqused_k=None,
+    cu_seqlens_k=None,
+    block_table=None,
+    key_new=None,
+    value_new=None,
+    max_seqlen_q=-1,
+    softmax_scale=None,
+    causal=False,
+    window_left=-1,
+    window_right=-1,
+    softcap=0.0,
+    num_splits=0,
+    k_descale=None,
+    v_descale=None,
+):
+    """paged_attention over an FP8 cache: key and value float8_e4m3fn, holding the
+    values times the reciprocals of k_descale and v_descale (float32, (batch, heads_k)
+    or what broadcasts to it: per tensor, per head; None: 1); key_new and value_new in
+    the queries' dtype, quantized as they are written. (out, softmax_lse)."""
+    return _attend(
+        _FP8_OP, query, key, value, cu_seqlens_q, seqused_k, cu_seqlens_k, block_table,
+        key_new, value_new, max_seqlen_q, softmax_scale, causal, window_left, window_right,
+        softcap, num_splits, k_descale, v_descale,
+    )  # fmt: skip
+
+
 def _call(op, *args):
-    """paged_attention's arguments from function `op`: checked and launched with its
-    names in errors, or sent to the op where paged_attention would send them."""
+    """paged_attention's arguments from function `op` (and the FP8 cache's scales):
+    checked and launched with its names in errors, or sent to the op where
+    paged_attention(_fp8) would send them."""
     if compiling():
-        return traced(_OP)(*args)
+        return _traced(op, *args)
     try:
         return _attend(op, *args)
     except SubclassError:
-        return traced(_OP)(*args)
+        return _traced(op, *args)
+
+
+def _traced(op, *args):
+    """The torch.library op of a call: paged_attention_fp8's for an FP8 cache (the
+    half-type op takes no scales)."""
+    if args[1].dtype == checks.FP8:
+        return traced(_FP8_OP)(*args)
+    checks.scales(op, args[1], args[-2], args[-1], 0)
+    return traced(_OP)(*args[:-2])
 
 
 def _attend(
     op, query, key, value, cu_q, seqused_k, cu_k, table, key_new, value_new, max_seqlen_q,
-    softmax_scale, causal, window_left, window_right, softcap, num_splits,
+    softmax_scale, causal, window_left, window_right, softcap, num_splits, k_descale=None,
+    v_descale=None,
 ):  # fmt: skip
-    group = checks.features(op, query, key, value, _GROUPS)
+    fp8 = key.dtype == checks.FP8
+    group = checks.features(op, query, key, value, _FP8_GROUPS if fp8 else _GROUPS)
     call = checks.prepare(op, query, key, cu_q, seqused_k, cu_k, table, key_new, value_new)
     checks.options(op, window_left, window_right, softcap, num_splits)
+    scales = checks.scales(op, key, k_descale, v_descale, call.batch)
     head_dim, heads_kv = query.shape[-1], key.shape[-2]
     scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
     if os.environ.get("NTOPS_PREBUILT_CHECK_PAGES") == "1":
@@ -285,7 +338,9 @@ def _attend(
         parts, min_chunk = balanced or _parts(heads_kv, units, call.keys, query.device, num_splits)
     # The grid's shape, and the bucket: queries past DECODE_QUERIES are all prefill's.
     queries = min(max(max_q, 1), DECODE_QUERIES + 1)
-    if queries > DECODE_QUERIES:
+    if queries > DECODE_QUERIES and fp8:  # paged_attention_fp8's two prefill buckets
+        queries = LONG_ROWS if packed_q.shape[0] >= LONG_QUERIES * call.batch else queries
+    elif queries > DECODE_QUERIES:
         plain = window_left < 0 and (causal or window_right < 0) and softcap == 0 and not call.new
         queries = _prefill(call.page_size, key, value, packed_q.shape[0], call.batch, plain)
     plan = query.as_strided((heads_kv, units, parts, queries), (0, 0, 0, 0))
@@ -297,6 +352,9 @@ def _attend(
     keys = key.unsqueeze(0) if key.ndim == 3 else key
     values = value.unsqueeze(0) if value.ndim == 3 else value
     new_k, new_v = call.new or (keys, values)
+    if fp8 and not call.new:  # read by no program; of the queries' dtype, as new entries are
+        stride = packed_q.stride(1)
+        new_k = new_v = packed_q.as_strided((1, 1, heads_kv, head_dim), (0, 0, stride, 1))
     if call.new:  # the kernel writes the caches: their autograd versions move
         increment_versions((key, value))
     _launch(
@@ -306,9 +364,9 @@ def _attend(
         ints if call.k_lens is None else call.k_lens,
         ints.view(1, -1) if table is None else table,
         lse.unsqueeze(0) if query.ndim == 3 else lse,
-        scale, float(softcap), window_left, 0 if causal else window_right, call.q_len,
-        call.k_len, call.packed, call.cumulative, call.page_size, call.appended, min_chunk,
-        call.batch,
+        *(scales or ()), scale, float(softcap), window_left, 0 if causal else window_right,
+        call.q_len, call.k_len, call.packed, call.cumulative, call.page_size, call.appended,
+        min_chunk, call.batch,
     )  # fmt: skip
     return out.view(query.shape), lse
 
@@ -332,6 +390,9 @@ def flash_attn_varlen_func(
     block_table=None,
     *,
     seqused_k=None,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
 ):
     """flash_attn.flash_attn_varlen_func: attention over ragged batches packed along
     the tokens. q (total_q, heads, head_dim); k, v packed (total_k, heads_k, head_dim),
@@ -339,13 +400,16 @@ def flash_attn_varlen_func(
     request's keys from cu_seqlens_k (or seqused_k, as vLLM passes them). Returns out,
     or (out, softmax_lse, None) with return_attn_probs (the probabilities themselves
     are a dropout test's, which prebuilt attention has no dropout for). `deterministic`
-    holds always: split keys combine in a fixed order."""
+    holds always: split keys combine in a fixed order. An FP8 cache (k, v
+    float8_e4m3fn) takes FlashAttention 3's k_descale and v_descale (float32, (batch,
+    heads_k) or what broadcasts to it; None: 1); FP8 queries (q_descale) are not built."""
     op = "flash_attn_varlen_func"
-    checks.refuse(op, dropout_p=dropout_p, alibi_slopes=alibi_slopes)
+    checks.refuse(op, dropout_p=dropout_p, alibi_slopes=alibi_slopes, q_descale=q_descale)
     left, right = checks.window(op, window_size)
     out, lse = _call(
         op, q, k, v, cu_seqlens_q, seqused_k, cu_seqlens_k, block_table, None, None,
         int(max_seqlen_q), softmax_scale, bool(causal), left, right, float(softcap), 0,
+        k_descale, v_descale,
     )  # fmt: skip
     return (out, lse, None) if return_attn_probs else out
 
@@ -370,6 +434,10 @@ def flash_attn_with_kvcache(
     alibi_slopes=None,
     num_splits=0,
     return_softmax_lse=False,
+    *,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
 ):
     """flash_attn.flash_attn_with_kvcache: q (batch, seqlen, heads, head_dim) over a
     dense cache (batch, seqlen_cache, heads_k, head_dim) or a paged one (num_blocks,
@@ -378,11 +446,15 @@ def flash_attn_with_kvcache(
     whole cache). k, v (batch, seqlen_new, heads_k, head_dim) are written into the cache
     at each request's cache_seqlens by the same launch, and attended to. Returns out, or
     (out, softmax_lse) with return_softmax_lse. num_splits: 0 picks the split of the keys
-    from shapes, 1 does not split, n splits into at most n parts."""
+    from shapes, 1 does not split, n splits into at most n parts. An FP8 cache
+    (float8_e4m3fn) takes FlashAttention 3's k_descale and v_descale (float32, (batch,
+    heads_k) or what broadcasts to it: a scale per tensor or per head; None: 1); k and v
+    stay in q's dtype and are quantized as they are written. FP8 queries (q_descale) are
+    not built."""
     op = "flash_attn_with_kvcache"
     checks.refuse(
         op, rotary_cos=rotary_cos, rotary_sin=rotary_sin, cache_batch_idx=cache_batch_idx,
-        cache_leftpad=cache_leftpad, alibi_slopes=alibi_slopes,
+        cache_leftpad=cache_leftpad, alibi_slopes=alibi_slopes, q_descale=q_descale,
     )  # fmt: skip
     left, right = checks.window(op, window_size)
     if q.ndim != 4:
@@ -399,6 +471,7 @@ def flash_attn_with_kvcache(
         )
     out, lse = _call(
         op, q, k_cache, v_cache, None, cache_seqlens, None, block_table, k, v, q.shape[1],
-        softmax_scale, bool(causal), left, right, float(softcap), num_splits,
+        softmax_scale, bool(causal), left, right, float(softcap), num_splits, k_descale,
+        v_descale,
     )  # fmt: skip
     return (out, lse) if return_softmax_lse else out

@@ -13,11 +13,13 @@ from . import _checks as check
 from ._errors import NotBuiltError
 
 _DTYPES = (torch.float16, torch.bfloat16)
+FP8 = torch.float8_e4m3fn
 # What each function calls paged_attention's arguments, for its errors.
 _ARGUMENTS = ("query", "key", "value", "cu_seqlens_q", "seqused_k", "cu_seqlens_k")
 _ARGUMENTS += ("block_table", "key_new", "value_new")
 NAMES = {
     "paged_attention": dict(zip(_ARGUMENTS, _ARGUMENTS, strict=True)),
+    "paged_attention_fp8": dict(zip(_ARGUMENTS, _ARGUMENTS, strict=True)),
     "flash_attn_varlen_func": dict(
         zip(_ARGUMENTS, ("q", "k", "v", *_ARGUMENTS[3:7], "k_new", "v_new"), strict=True)
     ),
@@ -61,13 +63,24 @@ def _int32(op, name, tensor, shape, device):
 
 def elements(op, query, key, value):
     """What needs no data (the op's fake checks it too): q, k and v of one half dtype
-    and device, each with a contiguous head_dim (as FlashAttention's)."""
+    (or k and v an FP8 cache, float8_e4m3fn) and device, each with a contiguous
+    head_dim (as FlashAttention's)."""
     names = NAMES[op]
+    cache = FP8 if key.dtype == FP8 else query.dtype
     for arg, tensor in (("query", query), ("key", key), ("value", value)):
         name = names[arg]
-        if tensor.dtype not in _DTYPES:
-            fail(op, f"{name} must be float16 or bfloat16, not {tensor.dtype}", TypeError)
-        if tensor.dtype != query.dtype or tensor.device != query.device:
+        if tensor.dtype not in _DTYPES and (arg == "query" or tensor.dtype != FP8):
+            kinds = "float16 or bfloat16" + ("" if arg == "query" else " (or float8_e4m3fn)")
+            fail(op, f"{name} must be {kinds}, not {tensor.dtype}", TypeError)
+        if arg != "query" and tensor.dtype != cache:
+            fail(
+                op,
+                f"{name} is {tensor.dtype}, {names['key']} {key.dtype} and {names['query']} "
+                f"{query.dtype}: the cache must be the queries' dtype or float8_e4m3fn, both "
+                "of its tensors alike",
+                TypeError,
+            )
+        if tensor.device != query.device:
             fail(
                 op,
                 f"{name} is {tensor.dtype} on {tensor.device}, {names['query']} {query.dtype} on "
@@ -188,9 +201,10 @@ def _lengths(op, call, key, seqused_k, cu_k):
         call.k_lens, call.k_len = None, call.keys
 
 
-def _appended(op, call, key, key_new, value_new):
+def _appended(op, call, query, key, key_new, value_new):
     """New entries to write after each request's keys: (batch, seqlen_new, heads_k,
-    head_dim), of the cache's dtype and device."""
+    head_dim), of the queries' dtype (the cache's, or quantized into an FP8 one) and
+    the cache's device."""
     names = NAMES[op]
     call.appended, call.new = 0, None
     if (key_new is None) != (value_new is None):
@@ -210,11 +224,11 @@ def _appended(op, call, key, key_new, value_new):
                 f"{name} must be (batch, seqlen_new, heads_k, head_dim) = {list(shape)}, not "
                 f"{list(tensor.shape)}",
             )
-        if tensor.dtype != key.dtype or tensor.device != key.device:
+        if tensor.dtype != query.dtype or tensor.device != key.device:
             fail(
                 op,
-                f"{name} is {tensor.dtype} on {tensor.device}; the cache is {key.dtype} on "
-                f"{key.device}",
+                f"{name} is {tensor.dtype} on {tensor.device}; it must be {query.dtype} (the "
+                f"queries') on {key.device}: the cache is {key.dtype}",
                 TypeError,
             )
         if tensor.shape[-1] and tensor.stride(-1) != 1:
@@ -228,8 +242,47 @@ def prepare(op, query, key, cu_q, seqused_k, cu_k, table, key_new, value_new):
     _queries(op, call, query, cu_q)
     call.keys = _keys(op, call, key, table)
     _lengths(op, call, key, seqused_k, cu_k)
-    _appended(op, call, key, key_new, value_new)
+    _appended(op, call, query, key, key_new, value_new)
     return call
+
+
+def scales(op, key, k_descale, v_descale, batch):
+    """An FP8 cache's scales (FlashAttention 3's k_descale and v_descale: float32
+    dequantization factors of shape (batch, heads_k), or anything that broadcasts to it:
+    a scale per tensor, per head), as two (batch, heads_k) views of one layout; None:
+    ones. Half-type caches take none."""
+    heads_kv = key.shape[-2]
+    if key.dtype != FP8:
+        for name, given in (("k_descale", k_descale), ("v_descale", v_descale)):
+            if given is not None:
+                fail(op, f"{name} is for FP8 caches; {NAMES[op]['key']} is {key.dtype}")
+        return None
+    result = []
+    for name, given in (("k_descale", k_descale), ("v_descale", v_descale)):
+        if given is None:
+            given = torch.ones((), dtype=torch.float32, device=key.device)
+        check.tensor(op, name, given)
+        if given.dtype != torch.float32 or given.device != key.device:
+            fail(
+                op,
+                f"{name} must be float32 on {key.device}, not {given.dtype} on {given.device}",
+                TypeError,
+            )
+        shape = tuple(given.shape)
+        wanted = (batch, heads_kv)[2 - len(shape) :] if len(shape) <= 2 else ()
+        if len(shape) > 2 or any(
+            size not in (1, whole) for size, whole in zip(shape, wanted, strict=True)
+        ):
+            fail(
+                op,
+                f"{name} of shape {list(shape)} must broadcast to (batch, heads_k) = "
+                f"{[batch, heads_kv]}",
+            )
+        result.append(given.expand(batch, heads_kv))
+    k_scales, v_scales = result
+    if k_scales.stride() != v_scales.stride():
+        k_scales, v_scales = k_scales.contiguous(), v_scales.contiguous()
+    return k_scales, v_scales
 
 
 def validate(op, call, query, key):

@@ -61,6 +61,7 @@ def _arguments(api, sample, dtype, layout):
             arguments[name] = torch.randint(0, bound, tuple(value), device="cuda")
         elif name in sample["shapes"]:
             own = torch.float32 if name in sample.get("float32", ()) else dtype
+            own = torch.float8_e4m3fn if name in sample.get("float8", ()) else own
             tensor = values(tuple(value), own, domain=sample["domain"])
             arguments[name] = _strided(tensor) if layout == "strided" else tensor
         elif params[name]["type"] in ("Tensor|Number", "Tensor|Number?", "Scalar"):

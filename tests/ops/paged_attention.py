@@ -122,9 +122,10 @@ def fuzz_spec():
     return Spec(_draw, reference, (torch.float16, torch.bfloat16), atol=_atol)
 
 
-def _draw(d, op):
-    """A random ragged batch over a paged, packed or dense cache; lengths and tables
-    contiguous int32 (as FlashAttention requires them)."""
+def _draw(d, op, cache_dtype=None):
+    """A random ragged batch over a paged, packed or dense cache (of `cache_dtype`, by
+    default the queries'); lengths and tables contiguous int32 (as FlashAttention
+    requires them)."""
     dtype = d.principal((torch.float16, torch.bfloat16))
     batch, heads_kv, group = d.rng.randint(1, 4), d.pick((1, 2, 4)), d.pick((1, 2, 4, 8))
     head_dim = d.pick((64, 128, 96, 256))
@@ -132,9 +133,14 @@ def _draw(d, op):
     k_lens = [n + d.rng.randint(0, 90) for n in q_lens]
     layout = d.pick(("paged", "packed", "dense"))
 
-    def tensor(shape):  # mostly contiguous: a strided head_dim is refused (as FlashAttention)
+    def tensor(shape, kind=dtype):  # mostly contiguous: a strided head_dim is refused
         layout = d.pick(("plain", "plain", "plain", "any"))
-        return d.tensor(shape, dtype, layout=layout, specials=None, scale=1.0)
+        # No negative bit or wrapper for FP8, which torch cannot negate.
+        exotic = kind != torch.float8_e4m3fn
+        return d.tensor(shape, kind, layout=layout, specials=None, scale=1.0, exotic=exotic)
+
+    def cache(shape):
+        return tensor(shape, cache_dtype or dtype)
 
     def int32(values):
         values = torch.tensor(values, dtype=torch.int32)
@@ -147,14 +153,14 @@ def _draw(d, op):
     kwargs = {"max_seqlen_q": max(q_lens), "causal": d.chance(0.6)}
     if layout == "packed":
         keys = (sum(k_lens), heads_kv, head_dim)
-        args = [query, tensor(keys), tensor(keys), offsets(q_lens)]
+        args = [query, cache(keys), cache(keys), offsets(q_lens)]
         kwargs["cu_seqlens_k"] = offsets(k_lens)
     else:
         page = d.pick((1, 16, 17, 64)) if layout == "paged" else max(k_lens) + 8
         width = -(-(max(k_lens) + 8) // page)
         blocks = batch * width if layout == "paged" else batch
         shape = (blocks, page, heads_kv, head_dim)
-        args = [query, tensor(shape), tensor(shape), offsets(q_lens)]
+        args = [query, cache(shape), cache(shape), offsets(q_lens)]
         kwargs["seqused_k"] = int32(k_lens)
         if layout == "paged":
             order = torch.randperm(blocks, generator=d.generator)
