@@ -80,6 +80,8 @@ SPACE = VariantSpace(
     in_place=False,
     workspace="workspace",
     launch_id="launch",
+    # The prefill-tma and Gluon kernels load them by TMA (aligned specialisation only).
+    descriptors=("query", "key", "value"),
     # plan: (heads_kv, units of 16 rows, parts, the longest request's queries up to
     # DECODE_QUERIES, or 9 to LONG_ROWS for prefill), an expanded view whose shape is the
     # grid and the bucket;

@@ -56,6 +56,9 @@ SPACE = VariantSpace(
     in_place=False,
     workspace="workspace",
     launch_id="launch",
+    # Read by pointer here (no TMA on FP8 caches), declared as paged_attention's: the
+    # same layouts take the same specialisations.
+    descriptors=paged_attention.SPACE.descriptors,
     dims={
         **paged_attention.SPACE.dims,
         "k_scales": (None, "heads_kv"),

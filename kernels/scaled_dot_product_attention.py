@@ -48,6 +48,8 @@ SPACE = VariantSpace(
     in_place=False,
     workspace="workspace",
     launch_id="launch",
+    # Aligned half-type calls load them by TMA (_lib/attention.py, _lib/gluon_attention.py).
+    descriptors=("query", "key", "value"),
     # What the launcher checks: the kernels are built for one head_dim; the output is
     # (batch, heads_kv, group * seq_q, head_dim), the query heads that share a key/value
     # head one after another; the mask is broadcast to (batch, heads_q, seq_q, seq_kv);

@@ -54,6 +54,7 @@ SPACE = VariantSpace(
     in_place=False,
     workspace="workspace",
     launch_id="launch",
+    descriptors=("input", "mat2"),  # Hopper's tiles load them by TMA
     arches=FP8_ARCHES,
     arches_note=FP8_NOTE,
 )

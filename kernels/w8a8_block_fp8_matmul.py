@@ -36,6 +36,7 @@ SPACE = VariantSpace(
         "output": ("rows", "columns"),
     },
     in_place=False,
+    descriptors=("input", "weight"),  # Hopper's tiles load them by TMA
     arches=FP8_ARCHES,
     arches_note=FP8_NOTE,
 )

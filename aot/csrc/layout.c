@@ -149,7 +149,10 @@ static void nt_properties(nt_request *r) {
                 c->has.unit |= NT_BIT(a, p);
             if (bits && (size & 15) == 0)
                 c->has.size16 |= NT_BIT(a, p);
-            if (bits && (stride & 15) == 0)
+            /* An expanded dim of a tensor read through TMA descriptors is no 16-byte
+             * stride: descriptors cannot step by 0, its calls take pointer kernels. */
+            int expanded = stride == 0 && size > 1 && (g->args[a].flags & NT_DESCRIBED);
+            if (bits && (stride & 15) == 0 && !expanded)
                 c->has.stride16 |= NT_BIT(a, p);
         }
         if (count > NT_INT32_LIMIT || extent > NT_INT32_LIMIT)

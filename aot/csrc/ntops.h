@@ -22,8 +22,16 @@ enum nt_param_kind { NT_POINTER, NT_SIZE, NT_STRIDE, NT_SCALAR, NT_WORKSPACE, NT
 enum nt_param_type { NT_I1, NT_I32, NT_I64, NT_F32, NT_F64, NT_PTR };
 enum nt_coalesce { NT_COALESCE_ALL, NT_COALESCE_LEADING, NT_COALESCE_NONE };
 /* NT_FIXED: not coalesced (stored at its own ndim); NT_BROADCAST: an input that
- * broadcasts to its named dims, read with stride 0 where it has size 1 or no dim. */
-enum nt_arg_flags { NT_TENSOR = 1, NT_OUTPUT = 2, NT_FIXED = 4, NT_BROADCAST = 8 };
+ * broadcasts to its named dims, read with stride 0 where it has size 1 or no dim;
+ * NT_DESCRIBED: an input some kernels read through TMA descriptors, which cannot step
+ * a dim by 0 bytes (SPACE.descriptors). */
+enum nt_arg_flags {
+    NT_TENSOR = 1,
+    NT_OUTPUT = 2,
+    NT_FIXED = 4,
+    NT_BROADCAST = 8,
+    NT_DESCRIBED = 16
+};
 
 typedef struct nt_call nt_call;
 typedef int64_t (*nt_grid_fn)(const nt_call *call);

@@ -25,6 +25,7 @@ class Arg:
     specialized: bool = True  # may kernels assume unit strides or alignment for it
     dims: tuple[str | None, ...] = ()  # the names of its dims, where SPACE.dims names them
     broadcast: bool = False  # broadcasts to its named dims (SPACE.broadcast)
+    descriptor: bool = False  # read through TMA descriptors by some kernels (SPACE.descriptors)
 
     @property
     def is_tensor(self) -> bool:
@@ -59,6 +60,7 @@ def arguments(
             specialized=name not in space.unspecialized,
             dims=tuple(space.dims.get(name, ())),
             broadcast=name in space.broadcast,
+            descriptor=name in space.descriptors,
         )
         for name, tensor in zip(names, tensors, strict=True)
         if not tensor.constexpr and name not in (space.workspace, space.launch_id)

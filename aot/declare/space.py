@@ -81,6 +81,11 @@ class VariantSpace:
     checks and allocates outputs by (mm: input ("rows", "inner"), other ("inner",
     "columns"), output ("rows", "columns")); `broadcast` inputs may have fewer dims
     or dims of size 1 there, as torch broadcasts (addmm's added tensor).
+    `descriptors` names the inputs some kernels read through TMA descriptors, which
+    cannot step a dim by 0 bytes: where one is expanded (a dim of stride 0 and size
+    past 1), the launcher takes the call to kernels that read it by pointer (that dim
+    counts as no 16-byte stride, so the aligned kernels, the ones with descriptors, are
+    out).
     """
 
     dtypes: tuple[str, ...]
@@ -106,6 +111,7 @@ class VariantSpace:
     launch_id: str | None = None
     dims: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     broadcast: tuple[str, ...] = ()
+    descriptors: tuple[str, ...] = ()
     # The arches the op is built for (None: every one), and why, for the error a call
     # on another GPU gets (FP8_ARCHES, FP8_NOTE).
     arches: tuple[str, ...] | None = None
@@ -129,6 +135,8 @@ class VariantSpace:
             raise ValueError("specialized_ndims needs the generic kernel for wider calls")
         if set(self.broadcast) - set(self.dims) or set(self.broadcast) & set(self.outputs):
             raise ValueError("broadcast names an output, or an input whose dims are not named")
+        if set(self.descriptors) & (set(self.outputs) | set(self.broadcast)):
+            raise ValueError("descriptors names an output or a broadcast input")
         if self.arches is not None and (not self.arches or not self.arches_note):
             raise ValueError("arches needs at least one arch and a note saying why")
 

@@ -195,6 +195,8 @@ def _args(
                 flags.append("NT_FIXED")
             if arg.broadcast:
                 flags.append("NT_BROADCAST")
+            if arg.descriptor:
+                flags.append("NT_DESCRIBED")
         own = own_dtype(group.key, index, kinds)
         rule = (
             -1

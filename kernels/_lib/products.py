@@ -46,6 +46,9 @@ def space(ndim, dims, broadcast=(), unspecialized=()):
         unspecialized=unspecialized,
         dims=dims,
         broadcast=broadcast,
+        # The operands (addmm's added input is read by pointer): Hopper's tiles load them
+        # through TMA descriptors.
+        descriptors=tuple(name for name in dims if name in UNIT_DIMS and name not in broadcast),
         in_place=False,
         workspace="workspace",
         launch_id="launch",

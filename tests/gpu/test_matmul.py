@@ -94,3 +94,37 @@ def test_split_products_on_eight_threads(nt):
             assert relative_error(got, x @ w.t()) < 2e-3, (seed, rows)
 
     on_streams(work)
+
+
+@pytest.mark.parametrize("rows", [1, 64, 130, 600, 2048])
+def test_expanded_operands(nt, rows):
+    """A broadcast row (stride 0 over the rows) and a broadcast weight column (stride 0
+    over the columns) in every product: Hopper's TMA tiles cannot step by 0 bytes, so
+    these calls take the kernels that read by pointer (at 130 rows and more they read
+    garbage: 1e23 off); FP8's products too."""
+    dtype = torch.bfloat16
+    row = torch.randn(1, 4096, device="cuda", dtype=dtype)
+    x = row.expand(rows, 4096)
+    w = torch.randn(1024, 4096, device="cuda", dtype=dtype) * 0.02
+    column = torch.randn(4096, 1, device="cuda", dtype=dtype).expand(4096, 1024)
+    rows3, weights3 = row.expand(3, rows, 4096), w.t().expand(3, 4096, 1024)
+    checks = {
+        "mm": (nt.mm(x, w.t()), x @ w.t()),
+        "mm of an expanded weight": (nt.mm(w[:rows], column[:, :512]), w[:rows] @ column[:, :512]),
+        "addmm": (nt.addmm(x[:, :1024], x, w.t()), torch.addmm(x[:, :1024], x, w.t())),
+        "bmm": (nt.bmm(rows3, weights3), torch.bmm(rows3, weights3)),
+        "matmul": (nt.matmul(x, w.t()), x @ w.t()),
+    }
+    for name, (got, want) in checks.items():
+        assert relative_error(got, want) < LIMIT[dtype], name
+    if torch.cuda.get_device_capability() < (8, 9):
+        return
+    e4m3, one = torch.float8_e4m3fn, torch.ones(1, device="cuda")
+    x8 = row.to(e4m3).expand(rows, 4096)
+    w8 = (w * 16).to(e4m3)
+    want = x8.float() @ w8.float().t()
+    got = nt.scaled_mm(x8, w8.t(), one, one, out_dtype=dtype)
+    assert relative_error(got, want) < LIMIT[dtype], "scaled_mm"
+    scales = torch.ones(rows, 32, device="cuda"), torch.ones(8, 32, device="cuda")
+    got = nt.w8a8_block_fp8_matmul(x8, w8, *scales, [128, 128], dtype)
+    assert relative_error(got, want) < LIMIT[dtype], "w8a8_block_fp8_matmul"

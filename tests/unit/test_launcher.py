@@ -241,6 +241,24 @@ def test_matmul_layouts(plan):
     assert not no_inner["empty"]
 
 
+def test_expanded_operands_stay_off_the_tma_kernels(plan):
+    """An operand read through TMA descriptors (SPACE.descriptors) that is expanded (a
+    dim of stride 0 and size past 1: one row broadcast to 2048) takes a kernel that
+    reads it by pointer: a descriptor cannot step by 0 bytes (the aligned prefill
+    kernel read garbage). Its contiguous copy, and a stride 0 on a dim of size 1, keep
+    the aligned kernel."""
+    key = "mm-fp32_precision=tf32"
+    row, b = torch.randn(1, 64, dtype=H), torch.randn(64, 512, dtype=H)
+    out = torch.empty(2048, 512, dtype=H)
+    expanded = plan(key, 90, row.expand(2048, 64), b, out)["kernel"]
+    assert "/i32-u111-a16" not in expanded and expanded.startswith("mm-sm_90-fp16-nd2")
+    copied = plan(key, 90, row.expand(2048, 64).contiguous(), b, out)["kernel"]
+    assert "/i32-u111-a16@" in copied
+    one_row = torch.randn(64, 1, dtype=H).expand(64, 512)  # columns expanded: other's dim 1
+    assert "-a16" not in plan(key, 90, row.expand(2048, 64).contiguous(), one_row, out)["kernel"]
+    assert "-a16" in plan(key, 90, row, b, out[:1])["kernel"]  # size 1: any stride serves
+
+
 @pytest.mark.parametrize(
     ("rows", "columns", "bucket"),
     [

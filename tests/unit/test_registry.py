@@ -174,3 +174,24 @@ def test_declarations_are_checked_when_a_kernel_file_is_loaded(registry, op, spa
     check(registry[op], _defaults(registry[op]))  # the file as it is passes
     with pytest.raises(UnsupportedKernel, match=f"kernels.{op}_altered: .*{words}"):
         check(altered, _defaults(altered))
+
+
+def _kernel_sources(module):
+    """The source of an op's kernel file and of the kernels/_lib modules it imports."""
+    sources = [inspect.getsource(module)]
+    for value in vars(module).values():
+        home = getattr(inspect.getmodule(value), "__name__", "")
+        if "._lib." in home:
+            sources.append(inspect.getsource(importlib.import_module(home)))
+    return "\n".join(sources)
+
+
+def test_ops_whose_kernels_load_by_tma_name_their_descriptors(registry):
+    """A descriptor cannot step a dim by 0 bytes: every op whose kernels may load a
+    tensor through TMA declares which (SPACE.descriptors), so that the launcher keeps
+    expanded ones off those kernels (a broadcast row of x @ W.t() at 130 rows read
+    garbage before)."""
+    for name, op in registry.items():
+        source = _kernel_sources(op.module)
+        loads_by_tma = "make_tensor_descriptor" in source or "tma.async_copy" in source
+        assert bool(op.space.descriptors) == loads_by_tma, name
