@@ -4,13 +4,18 @@ batches) against FlashInfer's BatchDecodeWithPagedKVCacheWrapper and
 BatchPrefillWithPagedKVCacheWrapper on the same paged cache (Llama-3-8B's attention:
 32 query heads over 8 key/value heads, head_dim 128, bf16).
 
+With --kv fp8 the cache is float8_e4m3fn with a scale per tensor (ntops_prebuilt's
+paged_attention_fp8 with k_descale and v_descale; FlashInfer's kv_data_type float8_e4m3fn
+with k_scale and v_scale), and each row also times ntops_prebuilt over the same cache in
+bf16 (`ours_bf16_us`).
+
 Both are checked against each other before anything is timed. GPU us: CUDA graphs of
 one call each, replayed back to back between CUDA events (FlashInfer planned outside
 the graph, as engines run it); median of repeats, the two taking turns. Eager us: wall
 time per step of back-to-back calls (FlashInfer's plan, which engines run every step,
 included). GB/s: the keys and values a step reads over its GPU time.
 
-    python tests/benchmarks/bench_paged_attention.py --json OUT.json
+    python tests/benchmarks/bench_paged_attention.py [--kv fp8] --json OUT.json
 """
 
 import argparse
@@ -23,6 +28,9 @@ import torch
 import ntops_prebuilt as nt
 
 HEADS_Q, HEADS_KV, HEAD_DIM, DTYPE = 32, 8, 128, torch.bfloat16
+# The cache's dtype (--kv) and an FP8 cache's scale per tensor (values about 0.05 * 448).
+KV = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
+FP8_SCALE = 0.05
 
 
 def lengths_of(kind, batch, generator):
@@ -32,14 +40,16 @@ def lengths_of(kind, batch, generator):
     return [32768, *torch.randint(64, 513, (batch - 1,), generator=generator).tolist()]
 
 
-def paged(lengths, page, generator):
+def paged(lengths, page, generator, kv=DTYPE):
     """A shuffled paged cache holding `lengths` keys per request; (k, v, table, flashinfer's
     indptr, indices, last page lengths)."""
     needed = [-(-n // page) for n in lengths]
     total = sum(needed)
     order = torch.randperm(total, generator=generator).to(torch.int32)
-    k = torch.randn(total, page, HEADS_KV, HEAD_DIM, dtype=DTYPE, device="cuda")
-    v = torch.randn_like(k)
+    shape = (total, page, HEADS_KV, HEAD_DIM)
+    k, v = (torch.randn(shape, device="cuda", dtype=DTYPE) for _ in "kv")
+    if kv != DTYPE:
+        k, v = ((t / FP8_SCALE).to(kv) for t in (k, v))
     table = torch.zeros(len(lengths), max(needed), dtype=torch.int32)
     indptr = [0]
     for b, count in enumerate(needed):
@@ -83,9 +93,23 @@ def eager_us(fn, repeats=5, calls=20):
     return statistics.median(times)
 
 
-def decode(flashinfer, workspace, batch, page, kind, generator):
+def scales(kv):
+    """(ours, FlashInfer's) keyword arguments for a cache of dtype `kv`."""
+    if kv == DTYPE:
+        return {}, {}
+    scale = torch.tensor([FP8_SCALE], device="cuda")
+    return {"k_descale": scale, "v_descale": scale}, {"k_scale": FP8_SCALE, "v_scale": FP8_SCALE}
+
+
+def as_half(k, v):
+    """An FP8 cache's values in bf16 (the same cache unquantized), for ours_bf16_us."""
+    return tuple((t.float() * FP8_SCALE).to(DTYPE) for t in (k, v))
+
+
+def decode(flashinfer, workspace, batch, page, kind, generator, kv=DTYPE):
     lengths = lengths_of(kind, batch, generator)
-    k, v, table, indptr, indices, last = paged(lengths, page, generator)
+    k, v, table, indptr, indices, last = paged(lengths, page, generator, kv)
+    descale, scale = scales(kv)
     q = torch.randn(batch, 1, HEADS_Q, HEAD_DIM, dtype=DTYPE, device="cuda")
     seqlens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
     wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
@@ -97,23 +121,33 @@ def decode(flashinfer, workspace, batch, page, kind, generator):
     def plan():
         wrapper.plan(
             indptr, indices, last, HEADS_Q, HEADS_KV, HEAD_DIM, page,
-            q_data_type=DTYPE, kv_data_type=DTYPE,
+            q_data_type=DTYPE, kv_data_type=kv,
         )  # fmt: skip
 
     def theirs():
-        return wrapper.run(q[:, 0], (k, v))
+        return wrapper.run(q[:, 0], (k, v), **scale)
 
     def ours():
-        return nt.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, block_table=table)
+        return nt.flash_attn_with_kvcache(
+            q, k, v, cache_seqlens=seqlens, block_table=table, **descale
+        )
 
     plan()
     torch.testing.assert_close(ours()[:, 0], theirs(), rtol=2e-2, atol=2e-2)
-    bytes_read = 2 * sum(lengths) * HEADS_KV * HEAD_DIM * 2
-    return run_pair(ours, theirs, plan, bytes_read)
+    bytes_read = 2 * sum(lengths) * HEADS_KV * HEAD_DIM * k.element_size()
+    row = run_pair(ours, theirs, plan, bytes_read)
+    if kv != DTYPE:
+        k16, v16 = as_half(k, v)
+        row["ours_bf16_us"] = round(
+            graph_us(lambda: nt.flash_attn_with_kvcache(q, k16, v16, cache_seqlens=seqlens,
+                                                        block_table=table)), 1
+        )  # fmt: skip
+    return row
 
 
-def prefill(flashinfer, workspace, q_lens, k_lens, page, generator):
-    k, v, table, indptr, indices, last = paged(k_lens, page, generator)
+def prefill(flashinfer, workspace, q_lens, k_lens, page, generator, kv=DTYPE):
+    k, v, table, indptr, indices, last = paged(k_lens, page, generator, kv)
+    descale, scale = scales(kv)
     q = torch.randn(sum(q_lens), HEADS_Q, HEAD_DIM, dtype=DTYPE, device="cuda")
     cu_q = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32)
     cu_q = cu_q.cuda()
@@ -123,22 +157,26 @@ def prefill(flashinfer, workspace, q_lens, k_lens, page, generator):
     def plan():
         wrapper.plan(
             cu_q, indptr, indices, last, HEADS_Q, HEADS_KV, HEAD_DIM, page, causal=True,
-            q_data_type=DTYPE, kv_data_type=DTYPE,
+            q_data_type=DTYPE, kv_data_type=kv,
         )  # fmt: skip
 
     def theirs():
-        return wrapper.run(q, (k, v))
+        return wrapper.run(q, (k, v), **scale)
 
-    def ours():
+    def ours(k=k, v=v, descale=descale):
         return nt.flash_attn_varlen_func(
             q, k, v, cu_q, None, max(q_lens), max(k_lens), causal=True, block_table=table,
-            seqused_k=seqused,
+            seqused_k=seqused, **descale,
         )  # fmt: skip
 
     plan()
     torch.testing.assert_close(ours(), theirs(), rtol=2e-2, atol=2e-2)
-    bytes_read = 2 * sum(k_lens) * HEADS_KV * HEAD_DIM * 2
-    return run_pair(ours, theirs, plan, bytes_read)
+    bytes_read = 2 * sum(k_lens) * HEADS_KV * HEAD_DIM * k.element_size()
+    row = run_pair(ours, theirs, plan, bytes_read)
+    if kv != DTYPE:
+        k16, v16 = as_half(k, v)
+        row["ours_bf16_us"] = round(graph_us(lambda: ours(k16, v16, {})), 1)
+    return row
 
 
 def run_pair(ours, theirs, plan, bytes_read):
@@ -163,6 +201,15 @@ def run_pair(ours, theirs, plan, bytes_read):
     }
 
 
+def guarded(case, *args):
+    """A row, or what refused it (FlashInfer builds some dtypes' kernels only on
+    request): the error is the row's figure."""
+    try:
+        return case(*args)
+    except Exception as error:
+        return {"error": f"{type(error).__name__}: {str(error)[:300]}"}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", help="write the figures here too")
@@ -170,7 +217,9 @@ def main():
     parser.add_argument(
         "--pages", default="16,64", help="page sizes, comma-separated (default: 16,64)"
     )
+    parser.add_argument("--kv", choices=sorted(KV), default="bf16", help="the cache's dtype")
     args = parser.parse_args()
+    kv = KV[args.kv]
     pages = [int(page) for page in args.pages.split(",")]
     import flashinfer
 
@@ -182,20 +231,24 @@ def main():
         for kind in ("uniform", "skewed"):
             for batch in batches:
                 name = f"decode page{page} {kind} b{batch}"
-                rows[name] = decode(flashinfer, workspace, batch, page, kind, generator)
+                rows[name] = guarded(
+                    decode, flashinfer, workspace, batch, page, kind, generator, kv
+                )
                 print(name, rows[name], flush=True)
     k_lens = torch.randint(128, 4097, (8,), generator=generator).tolist()
     for page in pages:
         name = f"prefill 8 ragged causal page{page}"
-        rows[name] = prefill(flashinfer, workspace, k_lens, k_lens, page, generator)
+        rows[name] = guarded(prefill, flashinfer, workspace, k_lens, k_lens, page, generator, kv)
         print(name, rows[name], flush=True)
         q_lens = [512] + [1] * 63
         mixed_k = [1024, *torch.randint(128, 8193, (63,), generator=generator).tolist()]
         name = f"mixed 512+63 page{page}"
-        rows[name] = prefill(flashinfer, workspace, q_lens, mixed_k, page, generator)
+        rows[name] = guarded(prefill, flashinfer, workspace, q_lens, mixed_k, page, generator, kv)
         print(name, rows[name], flush=True)
     device = torch.cuda.get_device_name()
-    result = {"device": device, "flashinfer": flashinfer.__version__, "rows": rows}
+    result = {
+        "device": device, "flashinfer": flashinfer.__version__, "kv": args.kv, "rows": rows,
+    }  # fmt: skip
     if args.json:
         with open(args.json, "w") as file:
             json.dump(result, file, indent=1)
