@@ -60,6 +60,9 @@ bench:
 bench-layer:
 	$(PY) tests/benchmarks/bench_layer.py --json bench_layer.json --png bench_layer.png
 
+bench-layer-fp8:
+	$(PY) tests/benchmarks/bench_layer_fp8.py --json bench_layer_fp8.json
+
 # The projections of three models at 1 to 2048 rows against cuBLAS (issue 29), the quick
 # subset; the full grid: $(PY) tests/benchmarks/bench_products.py --json bench_products.json
 bench-products:

@@ -8,10 +8,11 @@ flash_attn_with_kvcache (aot/runtime/_flash_attn.py) call it when their caches a
 
 The kernel is paged_attention's (_lib/paged.py: the cache's tiles widened to fp16 before
 the products, queries and probabilities in fp16 too, accumulating in fp32; the scales
-folded into the scores' factor and the result; new entries quantized as they are written, saturated to +-448 as
-_lib/fp8.py's quantization does). Built for the arches with FP8 conversions; the
-configurations are paged_attention's decode, prefill and prefill-long ones, without
-tensor descriptors or the Gluon kernel (whose tiles are the half types').
+folded into the scores' factor and the result; new entries quantized as they are
+written, saturated to +-448 as _lib/fp8.py's quantization does). Built for the arches
+with FP8 conversions; the configurations are paged_attention's decode, prefill and
+prefill-long ones, without tensor descriptors or the Gluon kernel (whose tiles are the
+half types').
 """
 
 import ninetoothed

@@ -4,8 +4,9 @@ compiled. Attention with a KV cache's new entries and a causal offset takes 9
 arguments and names 7 dims; paged attention (FlashAttention's layouts: packed or paged
 keys, a page table, lengths, new entries, the log-sum-exp) 24 arguments and 98 Triton
 parameters, 26 over an FP8 cache (its two scales). Bit masks per argument are 32 bits
-(ntops.h's `aligned`, core.h's `has_given`). Only the first 64 / NT_MAX_DIMS arguments can be specialised (their
-properties are bits of one 64-bit word per kind): later ones are tables and scalars."""
+(ntops.h's `aligned`, core.h's `has_given`). Only the first 64 / NT_MAX_DIMS arguments
+can be specialised (their properties are bits of one 64-bit word per kind): later ones
+are tables and scalars."""
 
 NT_MAX_DIMS = 8  # of one tensor
 NT_MAX_ARGS = 28  # of one kernel; at most 32 (the masks' bits)
