@@ -119,6 +119,9 @@ workspace = paged_attention.workspace
 arrangement = paged_attention.arrangement
 
 
+# paged_attention's application with the scales' pointers and strides where it passes
+# placeholders: ninetoothed takes an application's parameters as the kernel's, one per
+# premake tensor, so the two cannot share one.
 def application(
     plan, output, query, key, value, key_new, value_new, cu_seqlens_q, k_starts, k_lens,
     block_table, lse, k_scales, v_scales, scale, softcap, left, right, q_len, k_len,

@@ -90,8 +90,10 @@ def calls(name, dtype):
         key, value = (make((5, 16, 2, 128), E4M3) for _ in "kv")
         device = query.device
         cu_q = torch.arange(4, dtype=torch.int32, device=device) * 3
-        lengths = torch.tensor([13, 5, 17], dtype=torch.int32, device=device)
-        table = torch.tensor([[0, 1], [2, 0], [3, 4]], dtype=torch.int32, device=device)
+        # Factories, not torch.tensor (which makes no fake tensor under FakeTensorMode):
+        # lengths 5, 11, 17 over pages [0, 1], [2, 3], [4, 0].
+        lengths = torch.arange(3, dtype=torch.int32, device=device) * 6 + 5
+        table = torch.arange(6, dtype=torch.int32, device=device).view(3, 2) % 5
         scale = torch.full((), 0.25, device=device)
         return (query, key, value, cu_q), {
             "seqused_k": lengths, "block_table": table, "max_seqlen_q": 3, "causal": True,
