@@ -42,7 +42,8 @@ def _scales(descale, batch, heads_kv, device):
 def _quantized(new, scale):
     """New entries (batch, seqlen_new, heads_k, head_dim) as an FP8 cache holds them:
     times their scale's reciprocal, saturated to +-448 (inf becomes NaN, as torch's cast
-    to float8_e4m3fn makes it)."""
+    to float8_e4m3fn makes it). _fp8_reference's `_saturated`, spelled again: the CPU
+    suites load this file alone (tests/ops/paged_attention.py), where no sibling imports."""
     inverse = torch.reciprocal(scale)[:, None, :, None]
     y = (new.float() * inverse).clamp(-448.0, 448.0)
     y = torch.where(new.float().isinf(), float("nan"), y)

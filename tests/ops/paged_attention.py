@@ -41,7 +41,15 @@ def num_tensors(variant):
     return TENSORS
 
 
-def run(nt, variant, spec, dtype, bucket):
+def fp8_cache(shape, scale, device="cuda"):
+    """A random FP8 (e4m3fn) cache whose values times `scale` ((heads_k,) float32) are
+    about normal."""
+    return (values(shape, torch.float32, device=device) / scale.view(shape[-2], 1)).to(
+        torch.float8_e4m3fn
+    )
+
+
+def run(nt, variant, spec, dtype, bucket, fp8=False):
     """A paged call of the bucket's queries per request (decode: 3; prefill: 37 beside a
     decoding request) over a shuffled paged cache; pages of 16 keys, of 64 for the bucket
     of keys through tensor descriptors, 300 queries beside the one and a window for the
@@ -49,7 +57,8 @@ def run(nt, variant, spec, dtype, bucket):
     calls' queries dims are 10 to 13: aot/runtime/_flash_attn.py's _prefill). The 64-bit
     kernels': the aligned
     ones' over a cache past 2^31 elements (a server's), its pages at the end; the
-    generic one's two queries 2^31 elements apart."""
+    generic one's two queries 2^31 elements apart. `fp8`: paged_attention_fp8's, over
+    an FP8 cache with a scale per head (its buckets are decode, 9 and 11 on)."""
     head_dim = int(variant["switches"]["head_dim"])
     heads_q, heads_kv, page = 8, 2, 64 if bucket[0][0] in (10, 13) else 16
     queries = {11: 300, 12: 1100, 13: 1100}  # long requests; the Gluon kernel's 512 on average
@@ -65,10 +74,15 @@ def run(nt, variant, spec, dtype, bucket):
     blocks = 12
     if spec.width == 64 and spec.aligned:
         blocks += 2**31 // (page * heads_kv * head_dim)
+    scales = [torch.rand(heads_kv, device="cuda") + 0.25 for _ in "kv"] if fp8 else [None] * 2
+    kind = torch.float8_e4m3fn if fp8 else dtype
     cache = []
-    for _ in "kv":
-        cache.append(torch.empty((blocks, page, heads_kv, head_dim), dtype=dtype, device="cuda"))
-        cache[-1][-12:] = values((12, page, heads_kv, head_dim), dtype)
+    for scale in scales:
+        cache.append(torch.empty((blocks, page, heads_kv, head_dim), dtype=kind, device="cuda"))
+        shape = (12, page, heads_kv, head_dim)
+        cache[-1][-12:] = fp8_cache(shape, scale) if fp8 else values(shape, dtype)
+    if fp8:
+        options.update(k_descale=scales[0], v_descale=scales[1])
     table = (torch.randperm(12, dtype=torch.int32, device="cuda") + blocks - 12).view(2, 6)
     lengths = torch.tensor([70, 33], dtype=torch.int32, device="cuda")
     cu_q = torch.tensor([0, q_lens[0], total], dtype=torch.int32, device="cuda")
@@ -76,7 +90,8 @@ def run(nt, variant, spec, dtype, bucket):
         query, *(c[-12:].clone() for c in cache), cu_q, lengths, None, table - (blocks - 12),
         max_seqlen_q=max(q_lens), causal=True, **options,
     )[0]  # fmt: skip
-    result, _ = nt.paged_attention(
+    function = nt.paged_attention_fp8 if fp8 else nt.paged_attention
+    result, _ = function(
         query, *cache, cu_q, lengths, None, table, max_seqlen_q=max(q_lens), causal=True,
         **options,
     )  # fmt: skip

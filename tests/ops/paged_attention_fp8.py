@@ -8,8 +8,8 @@ import math
 import torch
 
 from tests.calls import Call
-from tests.gpu.layouts import size_in, strided, values
 from tests.ops import paged_attention
+from tests.ops.paged_attention import fp8_cache
 from tests.ops.per_token_group_quant_fp8 import interpreted_exactly
 
 E4M3 = torch.float8_e4m3fn
@@ -20,51 +20,10 @@ def num_tensors(variant):
     return paged_attention.TENSORS + 2  # and k_scales, v_scales
 
 
-def fp8_cache(shape, scale, device="cuda"):
-    """A random FP8 cache whose values times `scale` ((heads_k,) float32) are about
-    normal: (cache, scale)."""
-    heads = shape[-2]
-    return (values(shape, torch.float32, device=device) / scale.view(heads, 1)).to(E4M3)
-
-
 def run(nt, variant, spec, dtype, bucket):
     """paged_attention's call per kernel (tests/ops/paged_attention.py's run) over an FP8
-    cache with a scale per head: decode (3 queries a request), prefill (37 beside a
-    decoding request), prefill-long (300 beside it, under a window); the 64-bit
-    kernels' over a cache past 2^31 elements, its pages at the end, or two queries
-    2^31 elements apart."""
-    head_dim = int(variant["switches"]["head_dim"])
-    heads_q, heads_kv, page = 8, 2, 16
-    long = bucket[0][0] == 11  # prefill-long: the grid's queries dims 11 on
-    q_len = 300 if long else size_in(bucket[0], 3 if bucket[0][1] <= 8 else 37)
-    options = {"window_left": 1000} if long else {}
-    q_lens = [1, 1] if spec.width == 64 and not spec.aligned else [q_len, 1]
-    total = sum(q_lens)
-    query = strided(
-        (total, heads_q, head_dim), dtype, unit=2, aligned=spec.aligned,
-        wide=spec.width == 64 and not spec.aligned,
-    )  # fmt: skip
-    blocks = 12
-    if spec.width == 64 and spec.aligned:
-        blocks += 2**31 // (page * heads_kv * head_dim)
-    scales = [torch.rand(heads_kv, device="cuda") + 0.25 for _ in "kv"]
-    cache = []
-    for scale in scales:
-        cache.append(torch.empty((blocks, page, heads_kv, head_dim), dtype=E4M3, device="cuda"))
-        cache[-1][-12:] = fp8_cache((12, page, heads_kv, head_dim), scale)
-    table = (torch.randperm(12, dtype=torch.int32, device="cuda") + blocks - 12).view(2, 6)
-    lengths = torch.tensor([70, 33], dtype=torch.int32, device="cuda")
-    cu_q = torch.tensor([0, q_lens[0], total], dtype=torch.int32, device="cuda")
-    expected = reference(
-        query, *(c[-12:].clone() for c in cache), cu_q, lengths, None, table - (blocks - 12),
-        max_seqlen_q=max(q_lens), causal=True, k_descale=scales[0], v_descale=scales[1],
-        **options,
-    )[0]  # fmt: skip
-    result, _ = nt.paged_attention_fp8(
-        query, *cache, cu_q, lengths, None, table, max_seqlen_q=max(q_lens), causal=True,
-        k_descale=scales[0], v_descale=scales[1], **options,
-    )  # fmt: skip
-    return result, expected
+    cache with a scale per head."""
+    return paged_attention.run(nt, variant, spec, dtype, bucket, fp8=True)
 
 
 def calls(name, dtype):
