@@ -1,0 +1,156 @@
+"""Sampling a token per row of logits, as a serving loop's sampling step does it:
+`sample` (temperature, top-k, top-p, min-p, each a number for the batch or a tensor of
+one value per row; greedy where the temperature is 0) draws each row's seed from
+torch's CUDA generator and calls `sampling`, the op, whose tokens are a function of the
+logits, the parameters and the seeds (a serving engine's per-request seeds).
+
+Where a parameter's meaning reaches a bound (a temperature of 0 or less: greedy; top-k
+of 0, or of the vocabulary or more: off; top-p of 1 or more: off, 0 or less: the most
+probable token; min-p 0 or less: off, more than 1: as 1), the kernel applies it per row,
+so per-row tensors need no check that would read GPU memory. The kernel:
+kernels/sampling.py; what each filter keeps: _sampling_reference.py."""
+
+import torch
+
+from . import _C
+from . import _checks as check
+from ._library import fake, routed
+
+_launch = _C.launch
+_SAMPLING = check.groups("sampling")[()]
+EXPORTS = ("sample",)
+_LOGITS = (torch.float16, torch.bfloat16, torch.float32)
+# kernels/sampling.py's bits: the parameters given as tensors.
+_TEMPERATURE, _TOP_K, _TOP_P, _MIN_P = 1, 2, 4, 8
+_PER_ROW = (
+    ("temperatures", _TEMPERATURE, (torch.float32,)),
+    ("top_ks", _TOP_K, (torch.int32, torch.int64)),
+    ("top_ps", _TOP_P, (torch.float32,)),
+    ("min_ps", _MIN_P, (torch.float32,)),
+)
+
+
+def sample(logits, temperature=1.0, top_k=None, top_p=None, min_p=None, *, generator=None):
+    """A token per row of `logits` (rows, vocabulary; float16, bfloat16 or float32), int64
+    of shape (rows,): the logits divided by the temperature, filtered by top-k (the k
+    most probable tokens, ties with the k-th kept), min-p (tokens at least min_p times as
+    probable as the most probable) and top-p (the fewest most probable tokens holding
+    top_p of what the others left), then drawn from what is left, renormalised. Each
+    parameter is a number or a tensor of one value per row (float32; top_k int32 or
+    int64); None leaves its filter off; temperature 0 takes the argmax (its first index).
+    The draws come from torch's CUDA generator (`generator`, or the device's default),
+    so they repeat under torch.manual_seed and are fresh on each replay of a CUDA
+    graph, as torch's own random ops are."""
+    op = "sample"
+    tensors, numbers = {}, {}
+    for (name, _, _), value, off in zip(
+        _PER_ROW, (temperature, top_k, top_p, min_p), (1.0, 0, 1.0, 0.0), strict=True
+    ):
+        if isinstance(value, torch.Tensor):
+            tensors[name] = value
+        else:
+            numbers[name] = off if value is None else value
+    numbers = (
+        numbers.get("temperatures", 1.0),
+        numbers.get("top_ks", 0),
+        numbers.get("top_ps", 1.0),
+        numbers.get("min_ps", 0.0),
+    )
+    check.tensor(op, "logits", logits)
+    if logits.ndim != 2:
+        raise ValueError(f"{op}: logits must be (rows, vocabulary), got {list(logits.shape)}")
+    rows = logits.shape[0]
+    # Refused before the seeds are drawn: nothing runs for a bad call.
+    placeholder = torch.empty(rows, dtype=torch.int64, device=logits.device)
+    _checked(op, logits, placeholder, _per_row(*(tensors.get(n) for n, _, _ in _PER_ROW)), numbers)
+    seeds = placeholder
+    if not _greedy(temperature, top_k):  # (out of place: torch.compile traces randint)
+        seeds = torch.randint(1 << 62, (rows,), device=logits.device, generator=generator)
+    return sampling(logits, seeds, **tensors, temperature=numbers[0], top_k=numbers[1],
+                    top_p=numbers[2], min_p=numbers[3])  # fmt: skip
+
+
+def _greedy(temperature, top_k):
+    """Whether every row takes the argmax, which draws nothing."""
+    if isinstance(temperature, (int, float)) and temperature <= 0:
+        return True
+    return isinstance(top_k, int) and not isinstance(top_k, bool) and top_k == 1
+
+
+def _checked(op, logits, seeds, per_row, numbers):
+    """Refuse what the kernel cannot take, before it runs: shapes, dtypes, devices, and
+    numbers out of their domain."""
+    check.tensor(op, "logits", logits)
+    check.tensor(op, "seeds", seeds)
+    if logits.ndim != 2 or logits.shape[1] == 0:
+        raise ValueError(f"{op}: logits must be (rows, vocabulary), got {list(logits.shape)}")
+    if logits.dtype not in _LOGITS:
+        raise TypeError(f"{op}: logits must be float16, bfloat16 or float32, not {logits.dtype}")
+    if logits.shape[1] >= 1 << 31:
+        raise ValueError(f"{op}: a vocabulary of {logits.shape[1]} passes int32 indices")
+    rows = logits.shape[0]
+    for name, value, dtypes in [("seeds", seeds, (torch.int64,)), *per_row]:
+        if value is None:
+            continue
+        check.tensor(op, name, value)
+        if value.shape != (rows,):
+            raise ValueError(f"{op}: {name} must have shape ({rows},), got {list(value.shape)}")
+        if value.dtype not in dtypes:
+            names = " or ".join(str(dtype).removeprefix("torch.") for dtype in dtypes)
+            raise TypeError(f"{op}: {name} must be {names}, not {value.dtype}")
+        if value.device != logits.device:
+            raise ValueError(f"{op}: {name} is on {value.device}, logits on {logits.device}")
+    temperature, top_k, top_p, min_p = numbers
+    for name, value in (("temperature", temperature), ("top_p", top_p), ("min_p", min_p)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            raise TypeError(f"{op}: {name} must be a number (not NaN), not {value!r}")
+    if isinstance(top_k, bool) or not isinstance(top_k, int):
+        raise TypeError(f"{op}: top_k must be an int, not {top_k!r}")
+    if top_k < 0:
+        raise ValueError(f"{op}: top_k must be 0 (off) or more, not {top_k}")
+    if temperature < 0:
+        raise ValueError(f"{op}: temperature must be 0 (greedy) or more, not {temperature}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"{op}: top_p must be in (0, 1], not {top_p}")
+    if not 0 <= min_p <= 1:
+        raise ValueError(f"{op}: min_p must be in [0, 1], not {min_p}")
+
+
+@fake("sampling")
+def _fake(logits, seeds, temperatures=None, top_ks=None, top_ps=None, min_ps=None,
+          temperature=1.0, top_k=0, top_p=1.0, min_p=0.0):  # fmt: skip
+    per_row = _per_row(temperatures, top_ks, top_ps, min_ps)
+    _checked("sampling", logits, seeds, per_row, (temperature, top_k, top_p, min_p))
+    return torch.empty(logits.shape[0], dtype=torch.int64, device=logits.device)
+
+
+def _per_row(*tensors):
+    return [
+        (name, value, dtypes) for (name, _, dtypes), value in zip(_PER_ROW, tensors, strict=True)
+    ]
+
+
+@routed("sampling")
+def sampling(logits, seeds, temperatures=None, top_ks=None, top_ps=None, min_ps=None,
+             temperature=1.0, top_k=0, top_p=1.0, min_p=0.0):  # fmt: skip
+    """A token per row of `logits`, drawn as `sample` draws it, from the given `seeds`
+    (int64, one per row: the same seeds, logits and parameters give the same tokens).
+    A parameter's tensor (one value per row) takes the place of its number."""
+    op = "sampling"
+    per_row = _per_row(temperatures, top_ks, top_ps, min_ps)
+    _checked(op, logits, seeds, per_row, (temperature, top_k, top_p, min_p))
+    flags, tensors = 0, []
+    # A parameter given as a number still takes a tensor argument, never read: a view
+    # of the seeds in its dtype (no allocation, nothing a CUDA graph must keep).
+    unused = seeds if seeds.is_contiguous() else seeds.contiguous()
+    for (_, bit, dtypes), value in zip(
+        _PER_ROW, (temperatures, top_ks, top_ps, min_ps), strict=True
+    ):
+        if value is None:
+            tensors.append(unused.view(dtypes[0])[: logits.shape[0]])
+            continue
+        flags |= bit
+        tensors.append(value.to(torch.int32) if value.dtype == torch.int64 else value)
+    top_k = min(top_k, logits.shape[1])
+    numbers = (float(temperature), top_k, float(top_p), float(min_p))
+    return _launch(_SAMPLING, logits, *tensors, seeds, None, *numbers, flags)

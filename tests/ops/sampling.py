@@ -1,0 +1,176 @@
+"""sampling: what can be compared token for token is what has one answer. Greedy rows
+(temperature 0), a top-p so small that only the most probable token passes (the draw
+and the rejection run) and a min-p of 1 (the bound and the mass run) all give the
+argmax of logits without ties. The draws themselves are tested by their distribution:
+tests/gpu/test_sampling.py on the GPU, `interpreted` here under Triton's interpreter."""
+
+import importlib.util
+import pathlib
+
+import torch
+
+from tests.calls import Call
+from tests.gpu.layouts import strided
+
+
+def references():
+    """aot/runtime/_sampling_reference.py, loaded from the tree: it imports only torch."""
+    path = pathlib.Path(__file__).parents[2] / "aot" / "runtime" / "_sampling_reference.py"
+    spec = importlib.util.spec_from_file_location("_sampling_reference", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def num_tensors(variant):
+    return 7  # logits, temperatures, top_ks, top_ps, min_ps, seeds, output
+
+
+def distinct(rows, vocabulary, dtype, device="cuda"):
+    """Logits without ties in any dtype: a permutation of 0 .. vocabulary - 1 a row
+    (integers up to 256 are exact in bfloat16), scaled into a softmax's working range."""
+    order = torch.stack([torch.randperm(vocabulary) for _ in range(rows)])
+    return (order.to(torch.float32) / 16).to(dtype).to(device)
+
+
+def run(nt, variant, spec, dtype, bucket):
+    """Three calls with one answer each, every tensor laid out as the kernel `spec`
+    takes it: greedy rows, top-p 1e-9 (a draw, then rejections down to the argmax) and
+    min-p 1, over a vocabulary of three tiles and a half."""
+    rows, vocabulary = 3, 256
+    wide = spec.width == 64
+
+    def laid_out(index, shape, dtype, values):
+        tensor = strided(shape, dtype, unit=spec.unit[index], aligned=spec.aligned,
+                         wide=wide and index == 0)  # fmt: skip
+        return tensor.copy_(values)
+
+    logits = laid_out(0, (rows, vocabulary), dtype, distinct(rows, vocabulary, dtype))
+    answers = []
+    for temperature, top_p, min_p in ((0.0, 1.0, 0.0), (1.0, 1e-9, 0.0), (0.7, 1.0, 1.0)):
+        per_row = [
+            laid_out(1, (rows,), torch.float32, torch.full((rows,), temperature)),
+            laid_out(2, (rows,), torch.int32, torch.zeros(rows, dtype=torch.int32)),
+            laid_out(3, (rows,), torch.float32, torch.full((rows,), top_p)),
+            laid_out(4, (rows,), torch.float32, torch.full((rows,), min_p)),
+        ]
+        seeds = laid_out(5, (rows,), torch.int64, torch.arange(rows) * 7919 + 1)
+        answers.append(nt.sampling(logits, seeds, *per_row))
+    expected = logits.float().argmax(-1)
+    return torch.stack(answers), torch.stack([expected] * 3)
+
+
+def check(result, expected, variant, dtype):
+    torch.testing.assert_close(result, expected, rtol=0, atol=0)
+
+
+def calls(name, dtype):
+    """The public function's calls beside the declared samples: per-row tensors for
+    every parameter, and numbers for every filter at once."""
+
+    def per_row(make):
+        logits = make((4, 1000), dtype)
+        seeds = make((4,), torch.int64, bound=1 << 40)
+        parameters = (make((4,), torch.float32), make((4,), torch.int32))
+        parameters += (make((4,), torch.float32), make((4,), torch.float32))
+        return (logits, seeds, *parameters), {}
+
+    def filtered(make):
+        logits, seeds = make((2, 3000), dtype), make((2,), torch.int64, bound=1 << 40)
+        return (logits, seeds), {"temperature": 0.8, "top_k": 50, "top_p": 0.9, "min_p": 0.05}
+
+    return [
+        Call(f"{name} with per-row tensors", name, per_row),
+        Call(f"{name} with every filter", name, filtered),
+    ]
+
+
+def fuzz_spec():
+    from tests.gpu.fuzz_ops import Spec
+
+    return Spec(_draw, _greedy_reference, (torch.float16, torch.bfloat16, torch.float32))
+
+
+def _greedy_reference(logits, seeds, temperatures=None, top_ks=None, top_ps=None,
+                      min_ps=None, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0):  # fmt: skip
+    """torch.argmax (NaN the maximum, the first of ties): the fuzz's calls are greedy."""
+    return logits.argmax(-1)
+
+
+def _draw(d, op):
+    """Greedy calls (the only ones with one answer over random logits, ties and NaN
+    included): temperature 0 or top-k 1, as numbers or per-row tensors, with the other
+    filters set or not."""
+    dtype = d.principal((torch.float16, torch.bfloat16, torch.float32))
+    rows, vocabulary = d.pick((1, 3, 8)), d.pick((1, 7, 1000, 4097, 32000))
+    logits = d.tensor((rows, vocabulary), dtype)
+    seeds = d.tensor((rows,), torch.int64, values=torch.arange(rows) * 31 + 5, exotic=False)
+    kwargs = {}
+    if d.chance(0.5):
+        kwargs["temperature"] = 0.0
+    else:
+        kwargs["top_k"] = 1
+    if d.chance(0.5):
+        kwargs["top_p"] = d.pick((0.5, 0.95))
+    if d.chance(0.3):
+        zeros = torch.zeros(rows)
+        kwargs["temperatures"] = d.tensor((rows,), torch.float32, values=zeros, exotic=False)
+    return (logits, seeds), kwargs
+
+
+def interpreted(make):
+    """The kernel under Triton's interpreter (CPU), float32 and bfloat16: the
+    single-answer calls of `run`; then 200 draws (rows of the same logits over 24
+    tokens) with every filter on, against `probabilities`: no token outside the
+    filtered support, and a chi-square p-value above 1e-4 (the seeds are fixed, so it
+    fails never or always; the GPU suite draws 10^5 and more). The interpreter takes
+    about 0.2 s a row here."""
+    module = references()
+    for dtype, name in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
+        kernel = make("sampling", 2, name, block_size=64)
+        logits = distinct(3, 200, dtype, device="cpu")
+        for t, p, q in ((0.0, 1.0, 0.0), (1.0, 1e-9, 0.0), (0.7, 1.0, 1.0)):
+            tokens = _interpreted_call(kernel, logits, torch.arange(3), t, 0, p, q)
+            assert torch.equal(tokens, logits.float().argmax(-1)), (name, t, p, q, tokens)
+    kernel = make("sampling", 2, "fp32", block_size=16)
+    generator = torch.Generator().manual_seed(0)
+    rows, vocabulary = 200, 24
+    row = torch.randn(vocabulary, generator=generator) * 1.5
+    logits = row.expand(rows, vocabulary).contiguous()
+    seeds = torch.randint(0, 1 << 62, (rows,), generator=generator)
+    t, k, p, q = 1.3, 12, 0.8, 0.02
+    tokens = _interpreted_call(kernel, logits, seeds, t, k, p, q)
+    chances = module.probabilities(logits[:1], temperature=t, top_k=k, top_p=p, min_p=q)[0]
+    assert 1 < int((chances > 0).sum()) < k, chances  # every filter cuts
+    assert chi_square_p(tokens, chances) > 1e-4, (tokens, chances)
+
+
+def _interpreted_call(kernel, logits, seeds, t, k, p, q):
+    rows = logits.shape[0]
+    tokens = torch.empty(rows, dtype=torch.int64)
+    unused, ints = torch.zeros(rows), torch.zeros(rows, dtype=torch.int32)
+    kernel(logits, unused, ints, unused, unused, seeds, tokens, t, k, p, q, 0)
+    return tokens
+
+
+def chi_square_p(tokens, chances):
+    """The p-value of Pearson's chi-square test of `tokens` (draws) against `chances`
+    (a distribution over the vocabulary, float64), over the tokens it gives any chance,
+    tokens of expected count under 5 pooled into one cell; draws outside its support
+    fail outright (p = 0)."""
+    counts = torch.bincount(tokens.cpu(), minlength=chances.numel()).double()
+    chances = chances.cpu()
+    if counts[chances == 0].sum() > 0:
+        return 0.0
+    expected = chances * tokens.numel()
+    small = (expected < 5) & (chances > 0)
+    large = expected >= 5
+    observed = torch.cat([counts[large], counts[small].sum().reshape(1)])
+    wanted = torch.cat([expected[large], expected[small].sum().reshape(1)])
+    if wanted[-1] == 0:
+        observed, wanted = observed[:-1], wanted[:-1]
+    if wanted.numel() < 2:
+        return 1.0
+    statistic = ((observed - wanted) ** 2 / wanted).sum()
+    freedom = torch.tensor(float(wanted.numel() - 1), dtype=torch.float64)
+    return float(torch.special.gammaincc(freedom / 2, statistic / 2))
