@@ -56,13 +56,14 @@ def sample(logits, temperature=1.0, top_k=None, top_p=None, min_p=None, *, gener
         numbers.get("top_ps", 1.0),
         numbers.get("min_ps", 0.0),
     )
-    check.tensor(op, "logits", logits)
-    if logits.ndim != 2:
-        raise ValueError(f"{op}: logits must be (rows, vocabulary), got {list(logits.shape)}")
+    if not isinstance(logits, torch.Tensor) or logits.ndim != 2:
+        shape = list(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise ValueError(f"{op}: logits must be a (rows, vocabulary) tensor, got {shape}")
     rows = logits.shape[0]
     # Refused before the seeds are drawn: nothing runs for a bad call.
     placeholder = torch.empty(rows, dtype=torch.int64, device=logits.device)
-    _checked(op, logits, placeholder, _per_row(*(tensors.get(n) for n, _, _ in _PER_ROW)), numbers)
+    per_row = _per_row(*(tensors.get(name) for name, _, _ in _PER_ROW))
+    _checked(op, logits, placeholder, per_row, numbers, real=False)  # `sampling` checks them
     seeds = placeholder
     if not _greedy(temperature, top_k):  # (out of place: torch.compile traces randint)
         seeds = torch.randint(1 << 62, (rows,), device=logits.device, generator=generator)
@@ -77,11 +78,13 @@ def _greedy(temperature, top_k):
     return isinstance(top_k, int) and not isinstance(top_k, bool) and top_k == 1
 
 
-def _checked(op, logits, seeds, per_row, numbers):
+def _checked(op, logits, seeds, per_row, numbers, real=True):
     """Refuse what the kernel cannot take, before it runs: shapes, dtypes, devices, and
-    numbers out of their domain."""
-    check.tensor(op, "logits", logits)
-    check.tensor(op, "seeds", seeds)
+    numbers out of their domain; `real`: and tensors whose memory is not their data
+    (check.tensor: a FakeTensor goes to the op, whose fake checks the rest)."""
+    tensor = check.tensor if real else lambda op, name, value: value
+    tensor(op, "logits", logits)
+    tensor(op, "seeds", seeds)
     if logits.ndim != 2 or logits.shape[1] == 0:
         raise ValueError(f"{op}: logits must be (rows, vocabulary), got {list(logits.shape)}")
     if logits.dtype not in _LOGITS:
@@ -92,7 +95,7 @@ def _checked(op, logits, seeds, per_row, numbers):
     for name, value, dtypes in [("seeds", seeds, (torch.int64,)), *per_row]:
         if value is None:
             continue
-        check.tensor(op, name, value)
+        tensor(op, name, value)
         if value.shape != (rows,):
             raise ValueError(f"{op}: {name} must have shape ({rows},), got {list(value.shape)}")
         if value.dtype not in dtypes:
@@ -120,7 +123,7 @@ def _checked(op, logits, seeds, per_row, numbers):
 def _fake(logits, seeds, temperatures=None, top_ks=None, top_ps=None, min_ps=None,
           temperature=1.0, top_k=0, top_p=1.0, min_p=0.0):  # fmt: skip
     per_row = _per_row(temperatures, top_ks, top_ps, min_ps)
-    _checked("sampling", logits, seeds, per_row, (temperature, top_k, top_p, min_p))
+    _checked("sampling", logits, seeds, per_row, (temperature, top_k, top_p, min_p), real=False)
     return torch.empty(logits.shape[0], dtype=torch.int64, device=logits.device)
 
 

@@ -149,7 +149,7 @@ def _refusals():
     f32 = torch.ones(4, device="cuda")
     return [
         ("logits must be float16", lambda nt: nt.sample(x.to(torch.int32))),
-        ("logits must be \\(rows, vocabulary\\)", lambda nt: nt.sample(x[0])),
+        ("logits must be a \\(rows, vocabulary\\) tensor", lambda nt: nt.sample(x[0])),
         ("top_p must be in", lambda nt: nt.sample(x, top_p=0.0)),
         ("top_p must be in", lambda nt: nt.sample(x, top_p=1.5)),
         ("temperature must be 0", lambda nt: nt.sample(x, temperature=-1.0)),
