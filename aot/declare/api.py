@@ -38,6 +38,8 @@ GIVEN, NONE = "given", "none"
 _REQUIRED = object()
 _TYPES = ("Tensor", "Tensor?", "Tensor|Number", "Scalar", "float", "float?", "int", "int?")
 _TYPES += ("bool", "str", "str?", "ScalarType?", "int[]", "Tensor|Number?")
+# Dims as torch's reductions take them, one int or several (their schemas' own type).
+_TYPES += ("int[1]", "int[1]?")
 _PARAMETER = re.compile(r"(?P<type>[\w|?\[\]]+) (?P<name>\w+)(?:=(?P<default>.+))?")
 
 
@@ -62,7 +64,8 @@ class Param:
 class Sample:
     """Arguments for a test call, by parameter name: a tuple of ints is the shape of a
     tensor argument (`()` a 0-dim one), anything else is passed as is. `domain` limits
-    the values of floating inputs ("positive": away from 0, for rsqrt or pow);
+    the values of floating inputs ("positive": away from 0, for rsqrt or pow; "special":
+    a quarter of them NaN, infinities, signed zeros or ties, tests/gpu/layouts.SPECIAL);
     `indices` names the tensors of indices, with their bound: int64 values in
     [0, bound) (an embedding's rows); `float32` the tensors made float32 whatever the
     op's dtype (an FP8 product's scales), `float8` the ones made float8_e4m3fn (an FP8
@@ -113,7 +116,8 @@ class Api:
     `wrapper`: the runtime module holding a hand-written function (composite ops);
     `refuse`: a function of the kernel file that refuses, after numbers are converted,
     what torch refuses and the kernel cannot see (sub of bools, say): it is called with
-    the kernel's arguments, and its source goes into the wheel's generated module,
+    the kernel's arguments (and `out=`, where it has an `out` parameter: signbit's
+    out= of another dtype), and its source goes into the wheel's generated module,
     so it may use only its arguments, `torch`, `math` and builtins;
     `name`: the torch name, the op's by default (a file's kernels may serve more
     functions: matmul is mm's and bmm's); `kernel`: the parameters passed to the
@@ -212,7 +216,7 @@ def describe(
         "writes": writes,
         "reference": api.reference,
         "wrapper": api.wrapper,
-        "refuse": None if api.refuse is None else _refusal(api.refuse, module),
+        "refuse": None if api.refuse is None else _refusal(api.refuse, module, writes),
         "doc": api.doc or f"{api.reference} on prebuilt kernels.",
         "written": dict(api.written),
         "overloads": _overloads(
@@ -267,9 +271,17 @@ def _check(name: str, api: Api, params: tuple[Param, ...], switches: Any, module
 _REFUSAL_GLOBALS = {"torch", "math"}
 
 
-def _refusal(function: Callable[..., None], module: str) -> dict[str, str]:
-    """A refusal as the wheel gets it: its name and its source, checked to need nothing
-    of the kernel file (the names it reads are its own, `_REFUSAL_GLOBALS` or builtins)."""
+def _refusal(
+    function: Callable[..., None], module: str, writes: str | None
+) -> dict[str, str | bool]:
+    """A refusal as the wheel gets it: its name, its source, checked to need nothing of
+    the kernel file (the names it reads are its own, `_REFUSAL_GLOBALS` or builtins),
+    and whether it is given the function's out= (an `out` parameter)."""
+    takes_out = "out" in inspect.signature(function).parameters
+    if takes_out and writes != "out":
+        raise ValueError(
+            f"{module}: refusal {function.__name__} takes out, which its function has not"
+        )
     source = textwrap.dedent(inspect.getsource(function))
     tree = ast.parse(source)
     bound = {function.__name__, *_REFUSAL_GLOBALS, *dir(builtins)}
@@ -289,7 +301,7 @@ def _refusal(function: Callable[..., None], module: str) -> dict[str, str]:
             f"wheel without the kernel file: only its arguments, {sorted(_REFUSAL_GLOBALS)} "
             "and builtins"
         )
-    return {"name": function.__name__, "source": source}
+    return {"name": function.__name__, "source": source, "out": takes_out}
 
 
 def _copied(api: Api) -> set[str]:

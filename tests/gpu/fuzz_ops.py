@@ -19,7 +19,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from tests.calls import resolve
 from tests.gpu.fuzz_draw import Draw
-from tests.gpu.fuzz_inputs import BOOL, DTYPES, FLOATS, INTEGERS
+from tests.gpu.fuzz_inputs import BOOL, DTYPES, FLOATS, INTEGERS, Operand
 from tests.gpu.layouts import BY_NAME
 from tests.ops import scaled_dot_product_attention as attention
 from tests.ops.scaled_dot_product_attention import CausalVariant
@@ -554,15 +554,19 @@ HAND = {
 
 
 def _beside_their_ops():
-    """The specs composite ops keep in their tests/ops module (`fuzz_spec()`, which may
-    import this module: it runs once this module has defined all but what follows)."""
+    """The specs composite ops keep in their tests/ops module (`fuzz_spec()`, or
+    `fuzz_specs()` by function where one kernel serves several: max's and argmax's;
+    either may import this module: it runs once this module has defined all but what
+    follows)."""
     from tests.ops import makers
 
-    return {
-        op: module.fuzz_spec()
-        for op, module in makers().items()
-        if hasattr(module, "fuzz_spec") and op not in HAND
-    }
+    found = {}
+    for op, module in makers().items():
+        if hasattr(module, "fuzz_specs"):
+            found.update(module.fuzz_specs())
+        elif hasattr(module, "fuzz_spec") and op not in HAND:
+            found[op] = module.fuzz_spec()
+    return {name: spec for name, spec in found.items() if name not in HAND}
 
 
 HAND.update(_beside_their_ops())
@@ -573,8 +577,9 @@ def _declared(api, dtypes):
     _ops.APIS): tensors drawn in every layout, a Tensor|Number operand as binary ops
     draw theirs, other parameters from its samples and defaults, out= and in place
     where it has them."""
-    reference = resolve(api["reference"])
     writes = api["writes"]
+    names = [param["name"] for param in api["params"] if param["name"] != writes]
+    reference = _by_name(resolve(api["reference"]), names)
 
     def draw(d, op):
         dtype = d.principal(dtypes)
@@ -600,13 +605,48 @@ def _declared(api, dtypes):
             else:
                 args.append(value)
         if writes == "out":
-            kwargs.update(_out(d, tensors, result, reference(*args, **kwargs).dtype))
+            dtype = _result_dtype(d, reference, args, kwargs)
+            kwargs.update({} if dtype is None else _out(d, tensors, result, dtype))
         elif writes == "inplace" and d.chance(0.3):
             d.note("inplace=True")
             kwargs["inplace"] = True
+            view = d.view(tensors[0])
+            sizes = zip(view.shape, view.stride(), strict=True)
+            if any(step == 0 and size > 1 for size, step in sizes):
+                # torch lets idempotent ops (threshold_) write an expanded view; the
+                # launcher's outputs own their elements
+                d.out_of_space("an expanded view written in place")
         return tuple(args), kwargs
 
     return Spec(draw, reference, dtypes)
+
+
+def _by_name(function, names):
+    """`function` (a reference, parameters `names`) given its first argument by position
+    and the others by name, as every torch function takes them: a declaration may take
+    more by position than torch does (round's decimals, as upstream ntops takes it)."""
+
+    def call(first, *args, **kwargs):
+        return function(first, **dict(zip(names[1:], args, strict=False)), **kwargs)
+
+    return call
+
+
+def _result_dtype(d, reference, args, kwargs):
+    """The dtype of the reference's result for drawn `args` and `kwargs`, found on meta
+    tensors of the operands' shapes and dtypes (the operands are placeholders until the
+    case is made); None where the reference refuses them (no out= is drawn then)."""
+
+    def meta(value):
+        if not isinstance(value, Operand):
+            return value
+        shape, dtype = d.shapes[value]
+        return torch.empty(shape, dtype=dtype, device="meta")
+
+    try:
+        return reference(*map(meta, args), **{k: meta(v) for k, v in kwargs.items()}).dtype
+    except (RuntimeError, TypeError, ValueError, NotImplementedError):
+        return None
 
 
 def declared_specs(apis: Iterable[Mapping], dtypes: Mapping[str, Iterable[str]]) -> dict:

@@ -7,6 +7,7 @@ for ndim n runs an n-dim kernel.
 """
 
 import dataclasses
+import math
 
 import torch
 
@@ -14,6 +15,10 @@ WIDE = 2**31 + 64  # a stride past int32: the launcher must pick 64-bit indexing
 # Shapes for a spec's tensors, their last ndim dims: sizes divisible by 16 for aligned
 # specs, odd ones for the others.
 SHAPES = {"aligned": (3, 5, 2, 48), "odd": (3, 5, 2, 37)}
+# Domain "special"'s values: NaN of either sign, infinities, signed zeros, ties of
+# rounding (x.5, and 0.25 at one decimal) and the edges of ops' domains (1: acosh).
+SPECIAL = (math.nan, -math.nan, math.inf, -math.inf, 0.0, -0.0, 0.5, -0.5, 2.5, -1.5, 0.25)
+SPECIAL += (1.0, -1.0)
 # The manifest's dtype names (aot/declare/space.py's DTYPES), as torch dtypes.
 BY_NAME = {
     "fp16": torch.float16,
@@ -60,10 +65,15 @@ def size_in(served, size):
 
 
 def values(shape, dtype, domain=None, device="cuda"):
-    """Random values of `dtype`: normal floats (positive ones with domain "positive"),
-    small integers, or bools."""
+    """Random values of `dtype`: normal floats (positive ones with domain "positive",
+    a quarter of them `SPECIAL` ones at random places with domain "special"), small
+    integers, or bools."""
     if dtype.is_floating_point:
         base = torch.randn(shape, device=device)
+        if domain == "special":
+            pool = torch.tensor(SPECIAL, device=device)
+            picked = pool[torch.randint(len(SPECIAL), shape, device=device)]
+            base = torch.where(torch.rand(shape, device=device) < 0.25, picked, base)
         return (base.abs() + 0.25 if domain == "positive" else base).to(dtype)
     if dtype == torch.bool:
         return torch.rand(shape, device=device) > 0.5

@@ -143,6 +143,7 @@ _STAND_INS = {
     "log1p": "log1p", "expm1": "expm1", "sin": "sin", "cos": "cos", "tanh": "tanh",
     "sqrt_rn": "sqrt", "div_rn": "true_divide", "fmod": "fmod", "pow": "power",
     "floor": "floor", "trunc": "trunc", "copysign": "copysign", "erf": "torch.special.erf",
+    "atan": "arctan", "acosh": "arccosh", "cosh": "cosh", "nearbyint": "rint",
 }  # fmt: skip
 
 
