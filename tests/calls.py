@@ -129,7 +129,7 @@ def _forms(api, index, sample, dtype, layout):
         return _arguments(api, sample, dtype, layout, make)
 
     found = [Call(label, name, plain)]
-    if api["writes"] == "out":
+    if api["writes"] == "out" and not _several(api):
 
         def out(make):
             args, kwargs = plain(make)
@@ -145,6 +145,14 @@ def _forms(api, index, sample, dtype, layout):
 
         found.append(Call(f"{label} inplace", name, inplace))
     return found
+
+
+def _several(api):
+    """Whether `api`'s op returns several tensors (max: values and indices), whose out=
+    torch takes as a tuple and no out= overload can (each writes one tensor): its
+    tests/ops module's `calls` give its out= calls."""
+    returns = [o["schema"].rsplit("->", 1)[1] for o in api["overloads"] if not o["writes"]]
+    return any(one.strip().startswith("(") for one in returns)
 
 
 def _result(api, sample, dtype, layout):

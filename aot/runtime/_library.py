@@ -16,7 +16,8 @@ its declaration's (`Api`, rendered into `_ops.APIS` by the one generator of
 aot/declare/api.py), with what it writes (`Tensor(a!)`; arguments it writes with
 another's values, a KV cache's slots, become copies before the op). Its fake
 implementation is its declared reference, torch's own op where one exists, so shapes,
-dtypes and strides are torch's; a wrapper module gives another with `@fake(name)`.
+dtypes and strides are torch's; a wrapper module gives another with `@fake(name)`, and
+an implementation other than the public function with `@implementation(name)`.
 This module is the mechanism only: nothing in it names an op. Importing it imports no
 compiler (torch._dynamo, inductor): only torch.library.
 """
@@ -35,6 +36,7 @@ NAMESPACE = "ntops_prebuilt"
 _LIBRARY = torch.library.Library(NAMESPACE, "DEF")
 _ROUTES = {}
 _FAKES = {}  # function name -> the fake a wrapper module gave (`fake`)
+_IMPLEMENTATIONS = {}  # function name -> the op's implementation a wrapper gave
 # Constant True while Dynamo traces; a call that returns False otherwise.
 compiling = torch.compiler.is_dynamo_compiling
 
@@ -73,6 +75,19 @@ def fake(name):
 
     def decorate(function):
         _FAKES[name] = function
+        return function
+
+    return decorate
+
+
+def implementation(name):
+    """Decorate the CUDA implementation of function `name`'s ops, where the public
+    function cannot be it: one whose result takes forms no schema has (max: a tensor
+    without `dim`, values and indices with it; its op returns both, always). Called
+    as the public function is, with out= for out= overloads."""
+
+    def decorate(function):
+        _IMPLEMENTATIONS[name] = function
         return function
 
     return decorate
@@ -166,6 +181,7 @@ def _declared(api, public):
     name = api["name"]
     names = [p["name"] for p in _op_params(api)]
     twin = _FAKES.get(name) or _by_name(_reference(api["reference"]), names)
+    public = _IMPLEMENTATIONS.get(name, public)
     for overload in api["overloads"]:
         if overload["writes"] == "inplace":
             _define(f"{name}_", overload["schema"], _inplace(public), _inplace(twin), "inplace")

@@ -15,7 +15,8 @@ samples, tolerance). A composite op (its function has a hand-written runtime
 - `calls(name, dtype)`, optional: calls of function `name` (tests/calls.Call) for
   the fake-tensor check and opcheck that its declared samples cannot express.
 - `fuzz_spec()`: its fuzz spec (tests/gpu/fuzz_ops.Spec: how to draw a random call),
-  where tests/gpu/fuzz_ops.HAND does not already hold one (the older ops' live there).
+  where tests/gpu/fuzz_ops.HAND does not already hold one (the older ops' live there);
+  or `fuzz_specs()`, by function, where its kernels serve several (max and argmax).
 
 Modules are found by scanning this folder (never a hand list); a unit test fails for
 a composite op without one (tests/unit/test_coverage.py).

@@ -1,0 +1,134 @@
+"""max and argmax over the last dim of 2-dim rows: each row's largest value and the
+index of its first occurrence, NaN the largest of all (the first NaN's index), as
+torch's CUDA kernels give them. The runtime (aot/runtime/_max.py) moves the reduced
+dim last and merges the others into rows; `max(input)` and `argmax(input)` are one
+row of the whole tensor.
+
+A program reduces one chunk of a row (kernels/_lib/chunks.py): a row of up to one
+chunk in one launch, its value and index the row's; a longer row (a vocabulary of
+logits) leaves a value and index per chunk, and a second launch of the same kernel
+reduces those with `gather` set, its positions then read from the chunks' indices
+rather than counted. Each lane of a tile keeps its largest value and the tile it was
+first seen in (a strictly larger value, or a first NaN, replaces it; tiles come in
+order), and the lanes are reduced once, at the end: the least index of the lanes
+holding the maximum, or a NaN where any lane holds one.
+"""
+
+import functools
+
+import ninetoothed
+import ninetoothed.language as ntl
+from ninetoothed import Tensor
+
+from ntops_aot.aot.declare.api import Api, sample
+from ntops_aot.aot.declare.space import FLOATS, Config, VariantSpace
+
+from ._lib import chunks
+
+SPACE = VariantSpace(
+    dtypes=FLOATS,
+    ndims=(2,),
+    coalesce="none",
+    outputs=("values", "indices"),
+    # Positions are a stride-0 stand-in until a second launch gathers; each program
+    # writes one value and one index: nothing to vectorise in either.
+    unspecialized=("positions", "values", "indices"),
+    dims={
+        "input": ("rows", "columns"),
+        "positions": ("rows", "columns"),
+        "values": ("rows", "chunks"),
+        "indices": ("rows", "chunks"),
+    },
+)
+
+API = (
+    Api(
+        "(Tensor input, int? dim=None, bool keepdim=False, *, Tensor? out=None)",
+        "torch.max",
+        wrapper="_max",
+        returns="(Tensor, Tensor)",
+        samples=(
+            sample(input=(6, 42, 123)),
+            sample(input=(6, 42, 123), dim=-1),
+            sample(input=(6, 42, 123), dim=1, keepdim=True),
+            sample(input=(6, 42, 123), dim=0),
+            sample(input=(3, 5000), dim=1),
+            sample(input=(37,), dim=0),
+        ),
+        doc="torch.max: the largest element, or (values, indices) along `dim`.",
+    ),
+    Api(
+        "(Tensor input, int? dim=None, bool keepdim=False)",
+        "torch.argmax",
+        name="argmax",
+        wrapper="_max",
+        samples=(
+            sample(input=(6, 42, 123)),
+            sample(input=(6, 42, 123), dim=-1),
+            sample(input=(6, 42, 123), dim=1, keepdim=True),
+            sample(input=(4, 9000), dim=1),
+        ),
+        doc="torch.argmax: the index of the first largest element (NaN the largest).",
+    ),
+)
+
+# A chunk of 4096: a model's hidden size in one launch, a vocabulary of 128256 logits in
+# 32 programs a row, then one over their 32 results. H200, CUDA graphs
+# (tests/benchmarks/bench_reductions.py), argmax of bf16 (batch, 128256), ours / torch
+# us: batch 1 5.3 / 26.7, 8 6.5 / 26.9, 64 23.5 / 27.2, 256 83 / 46.5 (fp32 alike): past
+# 64 rows the programs' count, not the bytes, sets the time (94 registers a thread,
+# two programs a multiprocessor). That kernel kept an int64 index a lane; the int32
+# positions that replaced it are not measured yet.
+CONFIG = Config({"block_size": 4096, "blocks": 1}, num_warps=8, num_stages=2)
+
+
+def arrangement(input, positions, gather, values, indices, block_size=4096, blocks=1):
+    rows = functools.partial(chunks.arrange_chunks, block_size=block_size, blocks=blocks)
+    results = chunks.arrange_results
+    return rows(input), rows(positions), gather, results(values), results(indices)
+
+
+def application(input, positions, gather, values, indices):
+    n = input.source.shape[-1]
+    best = ntl.full(input.dtype.shape, float("-inf"), ntl.float32)
+    tile = ntl.full(input.dtype.shape, -1, ntl.int32)  # where each lane's best was: -1 none
+    for i in range(input.shape[0]):
+        x = ntl.cast(input[i], ntl.float32)
+        larger = (x > best) | ((x != x) & (best == best)) | (tile < 0)
+        take = (input[i].offsets(-1) < n) & larger
+        best = ntl.where(take, x, best)
+        tile = ntl.where(take, i, tile)
+    nan = ntl.max(ntl.where(best != best, 1, 0), 0) != 0
+    hit = ntl.where(nan, best != best, best == ntl.max(best, 0)) & (tile >= 0)
+    # Positions within the chunk, in int32 (the chunk's first element its 0): the least
+    # of the lanes holding the maximum.
+    start = ntl.min(input[0].offsets(-1), 0)
+    local = tile * input.dtype.shape[0] + ntl.cast(input[0].offsets(-1) - start, ntl.int32)
+    first = ntl.min(ntl.where(hit, local, 2147483647), 0)
+    # The value of the lane chosen: +0.0 and -0.0 compare equal, and torch gives the one
+    # at the index it gives.
+    value = ntl.max(ntl.where(local == first, best, float("-inf")), 0)
+    index = ntl.cast(start, ntl.int64) + first
+    if gather != 0:  # the index the chunk's result at `first` came with
+        index = ntl.cast(-1, ntl.int64)
+        for i in range(input.shape[0]):
+            at = input[i].offsets(-1) - start == first
+            index = ntl.maximum(index, ntl.max(ntl.where(at, positions[i], -1), 0))
+    values = ntl.where(nan, float("nan"), value)  # noqa: F841
+    indices = index  # noqa: F841
+
+
+def config(variant):
+    return CONFIG
+
+
+def premake(ndim, dtype, block_size=4096, blocks=1):
+    tensors = (
+        Tensor(ndim, dtype=dtype, other=float("-inf")),
+        Tensor(ndim, dtype=ninetoothed.int64, other=0),
+        Tensor(0, dtype=ninetoothed.int64),
+        Tensor(ndim, dtype=dtype),
+        Tensor(ndim, dtype=ninetoothed.int64),
+    )
+    arrange = functools.partial(arrangement, block_size=block_size, blocks=blocks)
+    return arrange, application, tensors

@@ -1,0 +1,118 @@
+"""mean and logsumexp over the last dim of 2-dim rows, two functions of one kernel: a
+row's sum times a scale (1 / n: the mean), or its log-sum-exp, as the constant
+`logsumexp` each call passes says (one branch a launch). The runtime
+(aot/runtime/_sums.py) moves the reduced dims last and merges the others into rows.
+
+Both compute in fp32 and round once, as torch's CUDA kernels do. A program reduces one
+chunk of a row (kernels/_lib/chunks.py): a row of up to one chunk (a model's hidden
+size) in one launch; a longer one leaves a result per chunk in fp32 (switch `result`:
+half types' "fp32" kernels, which also serve `mean(dtype=torch.float32)` without a
+conversion of the input), whose sum, or log-sum-exp, a second launch takes.
+
+log-sum-exp keeps a running maximum and the sum of exp(x - maximum), rescaled as the
+maximum grows (online softmax), shifted by 0 where the maximum is infinite, as torch
+shifts: rows of -inf give -inf (log 0), a +inf gives +inf, a NaN NaN.
+"""
+
+import functools
+
+import ninetoothed
+import ninetoothed.language as ntl
+from ninetoothed import Tensor
+
+from ntops_aot.aot.declare.api import Api, sample
+from ntops_aot.aot.declare.space import FLOATS, Config, VariantSpace
+
+from ._lib import chunks
+
+SPACE = VariantSpace(
+    dtypes=FLOATS,
+    ndims=(2,),
+    switches={"result": ("same", "fp32")},
+    switch_dtypes={"result": ("fp16", "bf16")},
+    coalesce="none",
+    # Each program writes one result: nothing to vectorise.
+    unspecialized=("output",),
+    dims={"input": ("rows", "columns"), "output": ("rows", "chunks")},
+)
+
+API = (
+    Api(
+        "(Tensor input, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None,"
+        " Tensor? out=None)",
+        "torch.mean",
+        name="mean",
+        wrapper="_sums",
+        samples=(
+            # dim=None spelled out: torch 2.4 takes out= with it only (the wheel's oldest)
+            sample(input=(6, 42, 123), dim=None),
+            sample(input=(6, 42, 123), dim=-1),
+            sample(input=(6, 42, 123), dim=[0, 2], keepdim=True),
+            sample(input=(6, 42, 123), dim=1),
+            sample(input=(3, 20000), dim=1),
+            sample(input=(4, 4096), dim=-1, dtype="float32"),
+        ),
+        doc="torch.mean over all dims or `dim` (an int or several); integer inputs "
+        "give float32 (ntops.torch.mean's; torch refuses them).",
+    ),
+    Api(
+        "(Tensor input, int[1] dim, bool keepdim=False, *, Tensor? out=None)",
+        "torch.logsumexp",
+        name="logsumexp",
+        wrapper="_sums",
+        samples=(
+            sample(input=(6, 42, 123), dim=-1),
+            sample(input=(6, 42, 123), dim=[0, 2], keepdim=True),
+            sample(input=(6, 42, 123), dim=1),
+            sample(input=(3, 20000), dim=1),
+            sample(input=(37,), dim=0),
+        ),
+        doc="torch.logsumexp over `dim` (an int or several), max-subtracted.",
+    ),
+)
+
+# Chunks of one tile of 4096 in 8 warps (rms_norm's tile): a hidden size of 4096 in one
+# launch. H200, bf16 (4096, 4096), CUDA graphs: chunks of two tiles (8192, hidden sizes
+# up to 8192 in one launch) took 13.8 us (torch 6.7), the second tile of a row of 4096
+# masked whole.
+CONFIG = Config({"block_size": 4096, "blocks": 1}, num_warps=8, num_stages=2)
+
+
+def arrangement(input, scale, logsumexp, output, block_size=4096, blocks=1):
+    rows = chunks.arrange_chunks(input, block_size, blocks)
+    return rows, scale, logsumexp, chunks.arrange_results(output)
+
+
+def application(input, scale, logsumexp, output):
+    if logsumexp != 0:
+        n = input.source.shape[-1]
+        row_max = ntl.cast(float("-inf"), ntl.float32)
+        row_sum = ntl.cast(0.0, ntl.float32)
+        for i in range(input.shape[0]):
+            x = ntl.where(input[i].offsets(-1) < n, ntl.cast(input[i], ntl.float32), float("-inf"))
+            new_max = ntl.maximum(row_max, ntl.max(x, 0))
+            infinite = (new_max == float("inf")) | (new_max == float("-inf"))
+            shift = ntl.where(infinite, 0.0, new_max)
+            row_sum = row_sum * ntl.exp(row_max - shift) + ntl.sum(ntl.exp(x - shift), 0)
+            row_max = new_max
+        output = row_max + ntl.log(row_sum)
+    else:
+        total = ntl.zeros(input.dtype.shape, dtype=ntl.float32)
+        for i in range(input.shape[0]):
+            total += ntl.cast(input[i], ntl.float32)  # padded with 0
+        output = ntl.sum(total, 0) * scale  # noqa: F841
+
+
+def config(variant):
+    return CONFIG
+
+
+def premake(ndim, dtype, result="same", block_size=4096, blocks=1):
+    tensors = (
+        Tensor(ndim, dtype=dtype, other=0),
+        Tensor(0, dtype=ninetoothed.float32),
+        Tensor(0, dtype=ninetoothed.int64),
+        Tensor(ndim, dtype=dtype if result == "same" else ninetoothed.float32),
+    )
+    arrange = functools.partial(arrangement, block_size=block_size, blocks=blocks)
+    return arrange, application, tensors

@@ -1,0 +1,78 @@
+"""A runtime wrapper on the CPU: ntops_prebuilt's hand-written modules (aot/runtime)
+loaded as a package whose launcher runs each launch's kernel under Triton's
+interpreter (tests/unit/test_interpreted.py's `make`), so that an interpreted check
+covers what a wrapper does around its kernels (dims moved, chunks and the launches
+over their results, out=) as well as the kernels, against torch on the CPU.
+
+Only for a fresh interpreter-mode process (the interpreted checks run in one): it
+takes the name `ntops_prebuilt` in sys.modules."""
+
+import importlib
+import pathlib
+import sys
+import types
+
+import torch
+
+RUNTIME = pathlib.Path(__file__).parents[2] / "aot" / "runtime"
+PACKAGE = "ntops_prebuilt"
+SHORT = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+
+
+class SubclassError(TypeError):
+    """The launcher's refusal of tensor subclasses (the checks pass plain tensors)."""
+
+
+def load(make, module, groups):
+    """Runtime module `module` (its name in aot/runtime), with launches of the groups
+    `groups` ({op: {group key: switches}}, as _ops.GROUPS has them) running `make`'s
+    kernels, and chunk sizes from the kernel files' CONFIGs."""
+    package = types.ModuleType(PACKAGE)
+    package.__path__ = [str(RUNTIME)]
+    sys.modules[PACKAGE] = package
+    launcher = types.ModuleType(f"{PACKAGE}._C")
+    launcher.group = lambda key: key
+    launcher.launch = _launcher(make, groups)
+    launcher.SubclassError = SubclassError
+    launcher.overrides_dispatch = lambda kind: True
+    launcher.increment_versions = lambda tensors: None
+    ops = types.ModuleType(f"{PACKAGE}._ops")
+    ops.GROUPS, ops.APIS = groups, []
+    ops.TENSOR, ops.NUMBER, ops.GIVEN, ops.NONE = "tensor", "scalar", "given", "none"
+    manifest = types.ModuleType(f"{PACKAGE}._manifest")
+    manifest.manifest = lambda: {"variants": _variants(make, groups)}
+    for name, stand_in in (("_C", launcher), ("_ops", ops), ("_manifest", manifest)):
+        sys.modules[f"{PACKAGE}.{name}"] = stand_in
+        setattr(package, name, stand_in)
+    return importlib.import_module(f"{PACKAGE}.{module}")
+
+
+def _variants(make, groups):
+    """The manifest's variants as the runtime reads them: each op's configuration."""
+    return [
+        {"op": op, "buckets": {"all": {"config": {"premake": dict(_config(make, op))}}}}
+        for op in groups
+    ]
+
+
+def _config(make, op):
+    return make.registry[op].module.CONFIG.premake
+
+
+def _launcher(make, groups):
+    """launch(group, *args): the group's kernel, for its first tensor's dtype, on the
+    arguments as given (the kernels here take 2-dim rows, which the launcher passes
+    unchanged); nothing for an empty call, as the launcher."""
+    switches = {key: (op, values) for op, keys in groups.items() for key, values in keys.items()}
+    kernels = {}
+
+    def launch(group, *args):
+        tensors = [arg for arg in args if isinstance(arg, torch.Tensor)]
+        if all(tensor.numel() for tensor in tensors):
+            op, values = switches[group]
+            key = (group, SHORT[tensors[0].dtype])
+            if key not in kernels:
+                kernels[key] = make(op, 2, key[1], **values, **_config(make, op))
+            kernels[key](*args)
+
+    return launch
