@@ -143,30 +143,28 @@ def test_compiled(nt):
     assert torch.equal(greedy(logits), logits.argmax(-1))
 
 
-def _refusals():
+# (what the error says, the call on logits x, seeds and a float32 tensor of a value a row)
+REFUSALS = [
+    ("logits must be float16", lambda nt, x, seeds, f32: nt.sample(x.to(torch.int32))),
+    ("logits must be a \\(rows, vocabulary\\) tensor", lambda nt, x, seeds, f32: nt.sample(x[0])),
+    ("top_p must be in", lambda nt, x, seeds, f32: nt.sample(x, top_p=0.0)),
+    ("top_p must be in", lambda nt, x, seeds, f32: nt.sample(x, top_p=1.5)),
+    ("temperature must be 0", lambda nt, x, seeds, f32: nt.sample(x, temperature=-1.0)),
+    ("top_k must be 0", lambda nt, x, seeds, f32: nt.sample(x, top_k=-2)),
+    ("top_k must be an int", lambda nt, x, seeds, f32: nt.sample(x, top_k=2.5)),
+    ("min_p must be in", lambda nt, x, seeds, f32: nt.sample(x, min_p=1.5)),
+    ("temperatures must have shape", lambda nt, x, seeds, f32: nt.sample(x, f32[:3])),
+    ("temperatures must be float32", lambda nt, x, seeds, f32: nt.sample(x, f32.double())),
+    ("top_ks must be int32 or int64", lambda nt, x, seeds, f32: nt.sample(x, top_k=f32)),
+    ("top_ps is on cpu", lambda nt, x, seeds, f32: nt.sample(x, top_p=f32.cpu())),
+    ("seeds must be int64", lambda nt, x, seeds, f32: nt.sampling(x, seeds.int())),
+    ("seeds must have shape", lambda nt, x, seeds, f32: nt.sampling(x, seeds[:2])),
+]
+
+
+@pytest.mark.parametrize(("message", "call"), REFUSALS, ids=[m for m, _ in REFUSALS])
+def test_bad_input_is_refused(nt, message, call):
     x = torch.randn(4, 100, device="cuda")
     seeds = torch.zeros(4, dtype=torch.int64, device="cuda")
-    f32 = torch.ones(4, device="cuda")
-    return [
-        ("logits must be float16", lambda nt: nt.sample(x.to(torch.int32))),
-        ("logits must be a \\(rows, vocabulary\\) tensor", lambda nt: nt.sample(x[0])),
-        ("top_p must be in", lambda nt: nt.sample(x, top_p=0.0)),
-        ("top_p must be in", lambda nt: nt.sample(x, top_p=1.5)),
-        ("temperature must be 0", lambda nt: nt.sample(x, temperature=-1.0)),
-        ("top_k must be 0", lambda nt: nt.sample(x, top_k=-2)),
-        ("top_k must be an int", lambda nt: nt.sample(x, top_k=2.5)),
-        ("min_p must be in", lambda nt: nt.sample(x, min_p=1.5)),
-        ("temperatures must have shape", lambda nt: nt.sample(x, f32[:3])),
-        ("temperatures must be float32", lambda nt: nt.sample(x, f32.double())),
-        ("top_ks must be int32 or int64", lambda nt: nt.sample(x, top_k=f32)),
-        ("top_ps is on cpu", lambda nt: nt.sample(x, top_p=f32.cpu())),
-        ("seeds must be int64", lambda nt: nt.sampling(x, seeds.int())),
-        ("seeds must have shape", lambda nt: nt.sampling(x, seeds[:2])),
-    ]
-
-
-@pytest.mark.parametrize("index", range(len(_refusals())))
-def test_bad_input_is_refused(nt, index):
-    message, call = _refusals()[index]
     with pytest.raises((TypeError, ValueError), match=message):
-        call(nt)
+        call(nt, x, seeds, torch.ones(4, device="cuda"))
