@@ -1,0 +1,208 @@
+"""sort, argsort, msort and topk over any dim (kernels/sort.py sorts the rows of a
+2-dim view): `dim` is moved last and the other dims merged into rows, as views where
+the layout allows, else through contiguous copies. The sort is stable whatever
+`stable` says (equal elements keep their index order: torch's stable sort's indices),
+NaN sorts after +inf, -0.0 with 0.0. Rows of up to LONGEST elements are sorted whole
+in a tile; topk of longer rows selects its k first by a radix select and sorts them in
+a tile of CANDIDATES. Sort of longer rows and topk of a larger k are refused, naming
+the limit. Outputs are laid out as torch's (sort's as its input, topk's contiguous);
+nothing waits on the GPU or allocates by value: calls capture in CUDA graphs."""
+
+import torch
+
+from . import _C
+from . import _checks as check
+from ._errors import NotBuiltError
+from ._library import fake, routed
+
+_launch = _C.launch
+# The kernels by the longest rows they sort whole ("64", "1024"), and "select" (topk
+# of longer rows): kernels/sort.py's `tile` switch.
+_TILES = check.groups("sort", "tile")
+_WHOLE = sorted(int(tile) for (tile,) in _TILES if tile.isdigit())
+LONGEST = _WHOLE[-1]
+_SELECT = _TILES[("select",)]
+# topk's largest k (kernels/sort.py's CANDIDATES).
+CANDIDATES = 1024
+_SOURCE = "kernels/sort.py"
+# Offsets the kernels compute in 32 bits: a call past them runs in slices of rows.
+_OFFSETS = 2**31 - 1
+
+
+def _group(n):
+    """The group that sorts rows of `n` elements (or selects from them)."""
+    whole = next((size for size in _WHOLE if n <= size), None)
+    return _SELECT if whole is None else _TILES[(str(whole),)]
+
+
+def _sort_limit(op, n, dim):
+    if n > LONGEST:
+        raise NotBuiltError(
+            f"ntops_prebuilt.{op}: dim {dim} has {n} elements; rows of up to {LONGEST} are "
+            f"sorted (in one tile of registers, {_SOURCE}): longer rows need a merge across "
+            "tiles, which is not built (torch.sort sorts them; topk selects from them)"
+        )
+
+
+def _topk_limit(n, k, dim):
+    if not 0 <= k <= n:
+        raise RuntimeError("selected index k out of range")
+    if k > CANDIDATES:
+        raise NotBuiltError(
+            f"ntops_prebuilt.topk: k={k} of dim {dim}'s {n} elements; k up to {CANDIDATES} "
+            f"is built (the k first are sorted in one tile of registers, {_SOURCE}): a "
+            "larger k needs a merge across tiles, which is not built (torch.topk gives it)"
+        )
+
+
+def _checked(op, input, dim):
+    """`dim` of `input` (0 for a 0-dim tensor, as torch takes -1 and 0 there), a plain
+    tensor (a subclass goes to the op: `routed`)."""
+    check.tensor(op, "input", input)
+    return _dim(op, input, dim)
+
+
+def _dim(op, input, dim):
+    return check.dim(op, dim, max(input.ndim, 1))
+
+
+def _flat(tensor):
+    """`tensor` (its sorted dim last) as (rows, length), a view; None where its dims
+    do not merge."""
+    try:
+        return tensor.view(-1, tensor.shape[-1])
+    except RuntimeError:
+        return None
+
+
+def _rows(op, group, input, values, indices, dim, flag):
+    """Launch `group` on the rows of `input` along `dim`, writing `values` and
+    `indices` (their `dim` the result's length); `flag` is descending or largest."""
+    if input.numel() == 0 or values.numel() == 0:
+        return
+    moved = [tensor.movedim(dim, -1) for tensor in (input, values, indices)]
+    flat = [_flat(tensor) for tensor in moved]
+    if None not in flat:
+        _sliced(op, group, *flat, int(flag))
+        return
+    # Leading dims no view merges (a permuted tensor, a non-last dim of 3 or more):
+    # the kernel reads a contiguous copy and writes contiguous rows, copied out.
+    source = moved[0].reshape(-1, moved[0].shape[-1])
+    rows = [torch.empty(out.shape, dtype=out.dtype, device=out.device) for out in moved[1:]]
+    _sliced(op, group, source, *(_flat(row) for row in rows), int(flag))
+    for out, row in zip(moved[1:], rows, strict=True):
+        out.copy_(row)
+
+
+def _sliced(op, group, *args):
+    """Launch on 2-dim `args` (tensors and the flag) in slices of rows whose offsets
+    fit the kernels' 32 bits: the kernels have no 64-bit build (a launch per slice,
+    as many as the shapes say)."""
+    tensors = [arg for arg in args if isinstance(arg, torch.Tensor)]
+    row = max(abs(tensor.stride(0)) for tensor in tensors)
+    last = max((tensor.shape[1] - 1) * abs(tensor.stride(1)) for tensor in tensors)
+    if last > _OFFSETS:
+        raise NotBuiltError(
+            f"ntops_prebuilt.{op}: a row spans 2^31 elements or more of memory; the "
+            f"kernels index in 32 bits ({_SOURCE}): make the tensor contiguous"
+        )
+    step = (_OFFSETS - last) // max(row, 1) + 1
+    count = tensors[0].shape[0]
+    if step >= count:
+        _launch(group, *args)
+        return
+    for start in range(0, count, step):
+        _launch(group, *(_rows_of(arg, start, step) for arg in args))
+
+
+def _rows_of(arg, start, step):
+    return arg[start : start + step] if isinstance(arg, torch.Tensor) else arg
+
+
+def _sorted(op, input, dim, descending):
+    """(values, indices) of `input` sorted along `dim` (checked), as torch.sort's."""
+    n = input.shape[dim] if input.ndim else 1
+    _sort_limit(op, n, dim)
+    values = torch.empty_like(input)
+    indices = torch.empty_like(input, dtype=torch.int64)
+    if input.ndim == 0:
+        values.copy_(input)
+        indices.zero_()
+    else:
+        _rows(op, _group(n), input, values, indices, dim, descending)
+    return values, indices
+
+
+@fake("sort")
+def _sort_fake(input, dim=-1, descending=False, stable=False):
+    dim = _dim("sort", input, dim)
+    _sort_limit("sort", input.shape[dim] if input.ndim else 1, dim)
+    return tuple(torch.sort(input, dim=dim, descending=descending, stable=stable))
+
+
+@routed("sort")
+def _sort(input, dim=-1, descending=False, stable=False):
+    return _sorted("sort", input, _checked("sort", input, dim), descending)
+
+
+def sort(input, dim=-1, descending=False, stable=False):
+    """torch.sort: (values, indices) of `input` sorted along `dim`, stable (`stable`
+    is torch's parameter: the order is the stable one either way)."""
+    return torch.return_types.sort(_sort(input, dim, descending, stable))
+
+
+@fake("argsort")
+def _argsort_fake(input, dim=-1, descending=False, stable=False):
+    dim = _dim("argsort", input, dim)
+    _sort_limit("argsort", input.shape[dim] if input.ndim else 1, dim)
+    return torch.argsort(input, dim=dim, descending=descending, stable=stable)
+
+
+@routed("argsort")
+def argsort(input, dim=-1, descending=False, stable=False):
+    """torch.argsort: the indices that sort `input` along `dim`, stably (the kernel
+    writes the sorted values too, into a tensor dropped here)."""
+    return _sorted("argsort", input, _checked("argsort", input, dim), descending)[1]
+
+
+@fake("msort")
+def _msort_fake(input):
+    _dim("msort", input, 0)
+    _sort_limit("msort", input.shape[0] if input.ndim else 1, 0)
+    return torch.msort(input)
+
+
+@routed("msort")
+def msort(input):
+    """torch.msort: `input` sorted along its first dim."""
+    return _sorted("msort", input, _checked("msort", input, 0), False)[0]
+
+
+@fake("topk")
+def _topk_fake(input, k, dim=-1, largest=True, sorted=True):
+    dim = _dim("topk", input, dim)
+    _topk_limit(input.shape[dim] if input.ndim else 1, k, dim)
+    return tuple(torch.topk(input, k, dim=dim, largest=largest, sorted=sorted))
+
+
+@routed("topk")
+def _topk(input, k, dim=-1, largest=True, sorted=True):
+    dim = _checked("topk", input, dim)
+    n = input.shape[dim] if input.ndim else 1
+    _topk_limit(n, k, dim)
+    shape = [k if axis == dim else size for axis, size in enumerate(input.shape)]
+    values = torch.empty(shape, dtype=input.dtype, device=input.device)
+    indices = torch.empty(shape, dtype=torch.int64, device=input.device)
+    if input.ndim == 0:
+        values.copy_(input)
+        indices.zero_()
+    else:
+        _rows("topk", _group(n), input, values, indices, dim, largest)
+    return values, indices
+
+
+def topk(input, k, dim=-1, largest=True, sorted=True):
+    """torch.topk: the `k` largest (smallest, with `largest=False`) elements of
+    `input` along `dim` and their indices, sorted (`sorted=False` gets them sorted
+    too); equal elements in index order, the first of a tie at the k-th kept."""
+    return torch.return_types.topk(_topk(input, k, dim, largest, sorted))
