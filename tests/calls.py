@@ -175,6 +175,11 @@ def _arguments(api, sample, dtype, layout, make):
             own = torch.float32 if name in sample.get("float32", ()) else dtype
             own = torch.float8_e4m3fn if name in sample.get("float8", ()) else own
             values[name] = make(value, own, strides=strides, domain=sample["domain"])
+        elif types[name] == "Tensor[]":  # a list of shapes (stack's tensors)
+            values[name] = [
+                make(shape, dtype, strides=_transposed(shape) if layout == "transposed" else None)
+                for shape in value
+            ]
         elif types[name] in ("Tensor|Number", "Tensor|Number?", "Scalar"):
             values[name] = number(value, dtype)
         elif types[name] == "ScalarType?" and isinstance(value, str):

@@ -40,6 +40,8 @@ _TYPES = ("Tensor", "Tensor?", "Tensor|Number", "Scalar", "float", "float?", "in
 _TYPES += ("bool", "str", "str?", "ScalarType?", "int[]", "Tensor|Number?")
 # Dims as torch's reductions take them, one int or several (their schemas' own type).
 _TYPES += ("int[1]", "int[1]?")
+# A list of tensors, torch's schema type (stack's).
+_TYPES += ("Tensor[]",)
 _PARAMETER = re.compile(r"(?P<type>[\w|?\[\]]+) (?P<name>\w+)(?:=(?P<default>.+))?")
 
 
@@ -168,7 +170,9 @@ def parse(signature: str) -> tuple[Param, ...]:
     if not (inner.startswith("(") and inner.endswith(")")):
         raise ValueError(f"signature {signature!r} must be parenthesised")
     params, keyword = [], False
-    for part in filter(None, (piece.strip() for piece in inner[1:-1].split(","))):
+    # Commas inside a list default (rot90's `dims=[0, 1]`) part no parameters.
+    pieces = re.split(r",(?![^\[]*\])", inner[1:-1])
+    for part in filter(None, (piece.strip() for piece in pieces)):
         if part == "*":
             keyword = True
             continue

@@ -64,6 +64,9 @@ def _arguments(api, sample, dtype, layout):
             own = torch.float8_e4m3fn if name in sample.get("float8", ()) else own
             tensor = values(tuple(value), own, domain=sample["domain"])
             arguments[name] = _strided(tensor) if layout == "strided" else tensor
+        elif params[name]["type"] == "Tensor[]":  # a list of shapes (stack's tensors)
+            tensors = [values(tuple(shape), dtype, domain=sample["domain"]) for shape in value]
+            arguments[name] = [_strided(t) if layout == "strided" else t for t in tensors]
         elif params[name]["type"] in ("Tensor|Number", "Tensor|Number?", "Scalar"):
             arguments[name] = number(value, dtype)
         elif params[name]["type"] == "ScalarType?" and isinstance(value, str):

@@ -17,6 +17,7 @@ import torch
 RUNTIME = pathlib.Path(__file__).parents[2] / "aot" / "runtime"
 PACKAGE = "ntops_prebuilt"
 SHORT = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+SHORT |= {torch.int8: "i8", torch.int16: "i16", torch.int32: "i32", torch.int64: "i64"}
 
 
 class SubclassError(TypeError):
@@ -59,20 +60,31 @@ def _config(make, op):
     return make.registry[op].module.CONFIG.premake
 
 
+def _outputs(make, op):
+    """Where op's outputs are among a launch's arguments: its application's parameters
+    less the ones the launcher gives (a workspace, the launch's id)."""
+    module = make.registry[op].module
+    code = module.application.__code__
+    given = (module.SPACE.workspace, module.SPACE.launch_id)
+    names = [name for name in code.co_varnames[: code.co_argcount] if name not in given]
+    return [names.index(name) for name in module.SPACE.outputs if name in names]
+
+
 def _launcher(make, groups):
-    """launch(group, *args): the group's kernel, for its first tensor's dtype, on the
-    arguments as given (the kernels here take 2-dim rows, which the launcher passes
-    unchanged); nothing for an empty call, as the launcher."""
+    """launch(group, *args): the group's kernel, for its first tensor's dtype and its
+    widest tensor's ndim (rows of 2 dims, strided_copy's 4), on the arguments as given
+    (as the launcher passes tensors it does not coalesce); nothing where an output is
+    empty, as the launcher (empty inputs are launched on: addmv's of no columns)."""
     switches = {key: (op, values) for op, keys in groups.items() for key, values in keys.items()}
     kernels = {}
 
     def launch(group, *args):
         tensors = [arg for arg in args if isinstance(arg, torch.Tensor)]
-        if all(tensor.numel() for tensor in tensors):
-            op, values = switches[group]
-            key = (group, SHORT[tensors[0].dtype])
+        op, values = switches[group]
+        if all(args[at].numel() for at in _outputs(make, op)):
+            key = (group, SHORT[tensors[0].dtype], max(tensor.ndim for tensor in tensors))
             if key not in kernels:
-                kernels[key] = make(op, 2, key[1], **values, **_config(make, op))
+                kernels[key] = make(op, key[2], key[1], **values, **_config(make, op))
             kernels[key](*args)
 
     return launch

@@ -37,10 +37,8 @@ def test_list_prints_variant_ids(tmp_path):
 @pytest.mark.parametrize(
     ("args", "listed"),
     [
-        (
-            ("--ops", "fft"),
-            "ops: abs, acosh, add, addmm, atan, bitwise (bitwise_and, bitwise_or), bitwise_not,",
-        ),
+        # the functions an op serves after its name (a list that grows with the ops)
+        (("--ops", "fft"), ", bitwise (bitwise_and, bitwise_or), bitwise_not,"),
         (("--arch", "sm_75"), "arches: sm_80, sm_86, sm_89, sm_90, sm_100, sm_120, all"),
         (("--dtypes", "fp8"), "dtypes: fp16, bf16, fp32, fp64, i8, i16, i32, i64, u8, bool"),
         (("--num-warps", "3"), "--num-warps must be a power of two"),

@@ -103,9 +103,8 @@ def test_selection_by_name_glob_and_all(registry):
 
 
 def test_unknown_names_list_what_exists(registry):
-    with pytest.raises(
-        UsageError, match=r"ops: abs, acosh, add, addmm, atan, bitwise \(bitwise_and, bitwise_or\)"
-    ):
+    # the functions an op serves after its name (a list that grows with the ops)
+    with pytest.raises(UsageError, match=r"ops: abs, .*, bitwise \(bitwise_and, bitwise_or\)"):
         enumeration.select_ops(_infos(registry), ["fft"])
     with pytest.raises(UsageError, match="arches: sm_80, sm_86, sm_89, sm_90, sm_100, sm_120"):
         enumeration.select_arches(["sm_75"])

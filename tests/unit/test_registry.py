@@ -44,6 +44,8 @@ def test_signatures_are_the_references_where_torch_spells_them(registry):
             )
         except (TypeError, ValueError):
             continue  # a builtin
+        if theirs == ["args", "kwargs"]:
+            continue  # a dispatcher (F.max_pool2d's boolean_dispatch) hides them as builtins do
         ours = [param["name"] for param in api["params"]]
         assert _in_order(ours, theirs), f"{api['name']}{tuple(ours)}: not in the order of {theirs}"
         checked += 1

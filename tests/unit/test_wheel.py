@@ -20,6 +20,8 @@ from ntops_aot.aot.package import wheel as package
 RUNTIME = {
     "__init__.py",
     "torch.py",
+    "_addmv.py",
+    "_alpha_dropout.py",
     "_attention.py",
     "_checks.py",
     "_clamp.py",
@@ -30,6 +32,8 @@ RUNTIME = {
     "_fp8_quant.py",
     "_fp8_reference.py",
     "_layer_norm.py",
+    "_layout.py",
+    "_layout_reference.py",
     "_library.py",
     "_log_softmax.py",
     "_manifest.py",
