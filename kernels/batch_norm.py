@@ -172,7 +172,10 @@ def statistics(input, count):
             drift += deviation
             squares += deviation * deviation
     correction = ntl.sum(drift, 0) / count
-    spread = ntl.maximum(ntl.sum(squares, 0) / count - correction * correction, 0.0)
+    spread = ntl.sum(squares, 0) / count - correction * correction
+    # Rounding's negatives to 0, NaN kept (maximum would drop it: torch's running
+    # variance of a group holding NaN or infinities is NaN).
+    spread = ntl.where(spread < 0.0, 0.0, spread)
     return first + correction, spread
 
 

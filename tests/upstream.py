@@ -78,8 +78,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("upstream", type=pathlib.Path, help="the folder holding upstream's tests/")
     parser.add_argument("--json", type=pathlib.Path)
-    parser.add_argument("pytest", nargs="*", help="pytest's own arguments, after --")
-    arguments = parser.parse_args()
+    # pytest's own arguments follow "--", split off here: Python 3.12's argparse
+    # refused `upstream.py DIR -- -rf` with a nargs="*" positional.
+    argv = sys.argv[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)
+    arguments = parser.parse_args(argv[:cut])
+    arguments.pytest = argv[cut + 1 :]
     import ntops_prebuilt.torch
 
     names = list(ntops_prebuilt.torch.__all__)

@@ -21,7 +21,9 @@ _LP = {"lp_pool1d": 1, "lp_pool2d": 2, "lp_pool3d": 3}
 
 
 def _pool(input, spatial, counts, scalars, mode=_PADDED, divisor=0, norm=0.0):
-    output = windows.empty(input, spatial, counts)
+    # torch's avg_pool3d (lp_pool3d's) writes contiguous outputs whatever the input's
+    # format (its meta and CPU kernels; the 2-d pools follow channels-last inputs).
+    output = windows.empty(input, spatial, counts, formats=spatial < 3)
     volumes = (windows.volume(output, spatial), windows.volume(input, spatial))
     _launch(_AVG_POOL, *volumes, *scalars, mode, divisor, norm)
     return output

@@ -140,13 +140,14 @@ def _scalars(dims):
     return tuple(value for part in zip(*dims, strict=True) for value in part)
 
 
-def empty(input, spatial, counts, dtype=None):
+def empty(input, spatial, counts, dtype=None, formats=True):
     """An output of `counts` laid out as torch lays its pools' out: in the input's
-    memory format (channels-last ones included), a 1-d pool's as a 2-d pool's of
-    input.unsqueeze(-2) (torch computes it so)."""
+    memory format (channels-last ones included; contiguous without `formats`), a 1-d
+    pool's as a 2-d pool's of input.unsqueeze(-2) (torch computes it so)."""
     shape = (*input.shape[: input.ndim - spatial], *counts)
     like = input.unsqueeze(-2) if spatial == 1 else input
-    format_ = suggest_memory_format(like)  # torch's, as its pools' outputs follow
+    # torch's, as its pools' outputs follow
+    format_ = suggest_memory_format(like) if formats else torch.contiguous_format
     if spatial == 1:
         wide = (*shape[:-1], 1, shape[-1])
         out = torch.empty(

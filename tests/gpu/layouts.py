@@ -66,8 +66,10 @@ def size_in(served, size):
 
 def values(shape, dtype, domain=None, device="cuda"):
     """Random values of `dtype`: normal floats (positive ones with domain "positive",
-    a quarter of them `SPECIAL` ones at random places with domain "special"), small
-    integers, or bools."""
+    a quarter of them `SPECIAL` ones at random places with domain "special", no two
+    equal with domain "distinct"), small integers, or bools."""
+    if dtype.is_floating_point and domain == "distinct":
+        return _distinct(shape, dtype, device)
     if dtype.is_floating_point:
         base = torch.randn(shape, device=device)
         if domain == "special":
@@ -79,6 +81,21 @@ def values(shape, dtype, domain=None, device="cuda"):
         return torch.rand(shape, device=device) > 0.5
     low = 0 if dtype == torch.uint8 else -100
     return torch.randint(low, 100, shape, device=device, dtype=dtype)
+
+
+def _distinct(shape, dtype, device):
+    """Values of `shape` without ties, for functions whose order of equal elements torch
+    leaves open (topk's indices): drawn without replacement from the finite values of
+    `dtype` in [-8, 8] (bfloat16's for wider types: 33,281 of them; 36,865 of float16's)."""
+    bits = torch.arange(-(1 << 15), 1 << 15, dtype=torch.int32).to(torch.int16)
+    narrow = torch.float16 if dtype == torch.float16 else torch.bfloat16
+    pool = bits.view(narrow).float()
+    pool = pool[pool.isfinite() & (pool.abs() <= 8) & ~((pool == 0) & pool.signbit())]
+    count = math.prod(shape)
+    if count > pool.numel():
+        raise ValueError(f"{count} distinct values of {dtype} asked, {pool.numel()} there")
+    chosen = pool[torch.randperm(pool.numel())[:count]]
+    return chosen.reshape(shape).to(dtype).to(device)
 
 
 def strided(shape, dtype, *, unit, aligned, wide=False, domain=None, device="cuda"):

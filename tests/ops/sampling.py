@@ -36,9 +36,10 @@ def distinct(rows, vocabulary, dtype, device="cuda"):
 def run(nt, variant, spec, dtype, bucket):
     """Three calls with one answer each, every tensor laid out as the kernel `spec`
     takes it: greedy rows, top-p 1e-9 (a draw, then rejections down to the argmax) and
-    min-p 1, over a vocabulary of three tiles and a half."""
-    rows, vocabulary = 3, 256
+    min-p 1, over a vocabulary of 256 logits: 3 rows, 16 for aligned specs (sizes
+    divisible by 16), 2 for 64-bit ones (strided() sets the outermost dim 2^31 apart)."""
     wide = spec.width == 64
+    rows, vocabulary = 2 if wide else 16 if spec.aligned else 3, 256
 
     def laid_out(index, shape, dtype, values):
         tensor = strided(shape, dtype, unit=spec.unit[index], aligned=spec.aligned,

@@ -25,12 +25,15 @@ def num_tensors(variant):
 
 
 def stable_sort(input, dim=-1, descending=False, stable=False):
-    """torch.sort, stably whatever `stable` says: the kernels' order of equal elements."""
-    return torch.sort(input, dim=dim, descending=descending, stable=True)
+    """torch.sort, stably whatever `stable` says: the kernels' order of equal elements.
+    On the CPU: its NaN are all largest, as torch's comparisons take them (torch's CUDA
+    radix sort, which its stable sort is, puts a NaN with the sign bit below -inf)."""
+    order = torch.sort(input.cpu(), dim=dim, descending=descending, stable=True)
+    return torch.return_types.sort(tuple(part.to(input.device) for part in order))
 
 
 def stable_argsort(input, dim=-1, descending=False, stable=False):
-    return torch.argsort(input, dim=dim, descending=descending, stable=True)
+    return stable_sort(input, dim, descending).indices
 
 
 def stable_msort(input):
@@ -41,7 +44,7 @@ def stable_topk(input, k, dim=-1, largest=True, sorted=True):
     """torch.topk as the stable sort's first k: of equal elements the first ones."""
     if input.ndim == 0:
         return torch.topk(input, k, dim, largest, sorted)
-    order = torch.sort(input, dim=dim, descending=largest, stable=True)
+    order = stable_sort(input, dim=dim, descending=largest)
     values, indices = (part.narrow(dim, 0, k) for part in order)
     return torch.return_types.topk((values.contiguous(), indices.contiguous()))
 
@@ -258,8 +261,13 @@ def _runtime(make):
     def configured(op, ndim, dtype="fp32", **options):
         return make(op, ndim, dtype, **options)
 
+    from ntops_aot.kernels import sort
+
     configured.made = make.made
-    configured.registry = {
-        "sort": types.SimpleNamespace(module=types.SimpleNamespace(CONFIG=Config()))
-    }
+    # The kernel file's space and parameters (both applications take the same), an
+    # empty configuration.
+    module = types.SimpleNamespace(
+        CONFIG=Config(), SPACE=sort.SPACE, application=sort.application_tile
+    )
+    configured.registry = {"sort": types.SimpleNamespace(module=module)}
     return load(configured, "_sort", GROUPS)
