@@ -12,8 +12,11 @@ from ntops_aot.aot.declare.space import FLOATS, VariantSpace
 
 from ._lib import element_wise
 
+# float64 too: upstream ntops's tests call it on float64 tensors.
 SPACE = VariantSpace(
-    dtypes=FLOATS, ndims=element_wise.NDIMS, specialized_ndims=element_wise.SPECIALIZED_NDIMS
+    dtypes=(*FLOATS, "fp64"),
+    ndims=element_wise.NDIMS,
+    specialized_ndims=element_wise.SPECIALIZED_NDIMS,
 )
 
 API = Api(
@@ -38,5 +41,12 @@ def application(input, output):
     output = ntl.where(ntl.abs(x) < 1.1754943508222875e-38, x, libdevice.atan(x))  # noqa: F841
 
 
+def application_fp64(input, output):
+    # float64 in float64: libdevice's atan, as torch's CUDA kernel calls ::atan
+    # (libdevice's double functions keep subnormals).
+    output = libdevice.atan(input)  # noqa: F841
+
+
 def premake(ndim, dtype, block_size=element_wise.BLOCK_SIZE):
-    return element_wise.unary(application, ndim, dtype, block_size=block_size)
+    application_ = application_fp64 if dtype == "fp64" else application
+    return element_wise.unary(application_, ndim, dtype, block_size=block_size)

@@ -11,7 +11,7 @@ import torch
 from . import _C
 from . import _checks as check
 from ._library import compiling, fake, implementation, routed, traced
-from ._reductions import as_rows, chunk_size, chunks, result_shape, written
+from ._reductions import as_rows, chunk_size, chunks, result_shape, written, written_pair
 
 _launch = _C.launch
 _MAX = check.groups("max")[()]
@@ -114,9 +114,7 @@ def _answer(dim, values, indices, out):
                 f"max: out's values and indices must have the same strides, not "
                 f"{list(out[0].stride())} and {list(out[1].stride())}"
             )
-        values = written("max", out[0], values, cast=False)
-        indices = written("max", out[1], indices, cast=False)
-        return torch.return_types.max((values, indices))
+        return torch.return_types.max(written_pair("max", out, values, indices))
     return torch.return_types.max((written("max", out, values, cast=False), indices))
 
 

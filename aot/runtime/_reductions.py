@@ -72,6 +72,14 @@ def chunks(n, size):
     return -(-n // size)
 
 
+def written_pair(op, out, values, indices):
+    """(values, indices) written into a caller's out=(values, indices), torch's out= of
+    functions with two results (max, sort); returns out's two tensors."""
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise TypeError(f"{op}: out must be a (values, indices) pair, not {type(out).__name__}")
+    return written(op, out[0], values, cast=False), written(op, out[1], indices, cast=False)
+
+
 def written(op, out, result, *, cast):
     """`result` written into a caller's `out` of its shape and device (torch's out=), of
     its dtype or, where `cast`, of any floating dtype (torch's mean and logsumexp write
