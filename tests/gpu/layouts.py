@@ -86,20 +86,21 @@ def values(shape, dtype, domain=None, device="cuda"):
 def _distinct(shape, dtype, device):
     """Values of `shape` without ties, for functions whose order of equal elements torch
     leaves open (topk's indices): drawn without replacement from the finite values of
-    `dtype` in [-8, 8] (bfloat16's for wider types: 33,281 of them; 36,865 of float16's),
-    over the whole tensor or, for larger ones, along its last dim."""
+    `dtype` (bfloat16's for wider types: 65,279 of them; 63,487 of float16's), over the
+    whole tensor or, for larger ones, along its last dim; a row longer still (a flat
+    buffer a test views) is drawn with replacement."""
     bits = torch.arange(-(1 << 15), 1 << 15, dtype=torch.int32).to(torch.int16)
     narrow = torch.float16 if dtype == torch.float16 else torch.bfloat16
     pool = bits.view(narrow).float()
-    pool = pool[pool.isfinite() & (pool.abs() <= 8) & ~((pool == 0) & pool.signbit())]
-    # Distinct over the whole tensor where the pool holds it, else along its last dim.
-    row = math.prod(shape) if math.prod(shape) <= pool.numel() else shape[-1]
+    pool = pool[pool.isfinite() & ~((pool == 0) & pool.signbit())]
+    count = math.prod(shape)
+    row = count if count <= pool.numel() else shape[-1]
     if row > pool.numel():
-        raise ValueError(f"{row} distinct values of {dtype} asked, {pool.numel()} there")
-    rows = [
-        pool[torch.randperm(pool.numel())[:row]] for _ in range(math.prod(shape) // max(row, 1))
-    ]
-    return torch.cat([pool[:0], *rows]).reshape(shape).to(dtype).to(device)
+        drawn = pool[torch.randint(pool.numel(), (count,))]
+    else:
+        rows = [pool[torch.randperm(pool.numel())[:row]] for _ in range(count // max(row, 1))]
+        drawn = torch.cat([pool[:0], *rows])
+    return drawn.reshape(shape).to(dtype).to(device)
 
 
 def strided(shape, dtype, *, unit, aligned, wide=False, domain=None, device="cuda"):
