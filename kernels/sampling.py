@@ -3,23 +3,29 @@ temperature, then top-k, min-p and top-p filters, then a draw from what is left
 renormalised; temperature 0 (or top-k 1) takes the argmax. Every parameter is a number
 for the whole batch or a tensor with a value per row (aot/runtime/_sampling.py).
 
-Without sorting, one program per row:
-1. one pass: the row's maximum, its first index (greedy rows stop here) and the sum of
-   exp((x - max) / temperature) (online, as softmax's first pass);
-2. top-k: the k-th largest logit by a radix select over order-preserving keys of the
-   values (a histogram of 8 bits a pass, from the top: 2 passes for bf16 logits, at
-   most 4 for fp32; it stops as soon as a bucket holds exactly the rows still wanted).
-   Ties with the k-th value are all kept. min-p raises the same bound to
-   max + temperature * log(min_p). The tokens left are those with a key at least the
-   bound; a pass sums their mass when the bound moved;
-3. the draw: a uniform times that mass, found by scanning the tiles' sums until the
-   running sum passes it, then a cumulative sum inside that tile (inverse CDF, one
-   uniform a round from Philox keyed by the row's seed);
-4. top-p, by rejection as FlashInfer's sampler does it: the drawn token is kept when the
-   tokens strictly more probable than it hold less than top_p of the mass left after
-   top-k (one pass); else the bound rises past its value and the draw repeats over what
-   is above, which holds the whole top-p set, so the accepted token is distributed as
-   the renormalised top-p set is, exactly. The argmax always passes: the loop ends.
+Without sorting, in two launches (the switch `step`):
+1. "chunks", a program per chunk of a row (4096 logits): its maximum, the first index
+   of it (or of its first NaN) and the sum of exp((x - its max) / temperature); at
+   batch 1 the row's 32 chunks load at once where one program would wait on 32 loads
+   in turn (H200: that pass alone took ~35 us of one program at batch 1);
+2. "rows", a program per row: the chunks' results merged (the row's maximum, its first
+   index, greedy rows stop here, and the mass), then
+   - top-k: the k-th largest logit by a radix select over order-preserving keys of the
+     values (a histogram of 8 bits a pass, from the top: 2 passes for bf16 logits, at
+     most 4 for fp32; it stops as soon as a bucket holds exactly the rows still
+     wanted). Ties with the k-th value are all kept. min-p raises the same bound to
+     max + temperature * log(min_p). The tokens left are those with a key at least the
+     bound; a pass sums their mass when the bound moved;
+   - the draw: a uniform times that mass, found by scanning the tiles' sums until the
+     running sum passes it, then a cumulative sum inside that tile (inverse CDF, one
+     uniform a round from Philox keyed by the row's seed); without a bound the
+     chunks' masses find the tile, and one tile is read;
+   - top-p, by rejection as FlashInfer's sampler does it: the drawn token is kept when
+     the tokens strictly more probable than it hold less than top_p of the mass left
+     after top-k (one pass); else the bound rises past its value and the draw repeats
+     over what is above, which holds the whole top-p set, so the accepted token is
+     distributed as the renormalised top-p set is, exactly. The argmax always passes:
+     the loop ends.
 """
 
 import functools
@@ -32,14 +38,17 @@ from ninetoothed import Tensor
 from ntops_aot.aot.declare.api import Api, sample
 from ntops_aot.aot.declare.space import FLOATS, Config, VariantSpace
 
-from ._lib import reduction
+from ._lib import chunks, reduction
 
 SPACE = VariantSpace(
     dtypes=FLOATS,
     ndims=(2,),
+    switches={"step": ("chunks", "rows")},
     coalesce="none",
-    # The per-row parameters may be one value broadcast (stride 0) or unused views.
-    unspecialized=("temperature", "top_k", "top_p", "min_p"),
+    outputs=("output", "peaks", "firsts", "masses"),
+    # The per-row parameters may be one value broadcast (stride 0) or unused views; the
+    # chunks' results are a few values a row.
+    unspecialized=("temperature", "top_k", "top_p", "min_p", "peaks", "firsts", "masses", "output"),
     dims={
         "logits": ("rows", "vocabulary"),
         "temperatures": ("rows",),
@@ -47,6 +56,9 @@ SPACE = VariantSpace(
         "top_ps": ("rows",),
         "min_ps": ("rows",),
         "seeds": ("rows",),
+        "peaks": ("rows", "chunks"),
+        "firsts": ("rows", "chunks"),
+        "masses": ("rows", "chunks"),
         "output": ("rows",),
     },
 )
@@ -69,22 +81,59 @@ API = Api(
     doc="A token per row of logits (int64): temperature, top-k, min-p, top-p; seeded.",
 )
 
-# 4096 logits a tile in 8 warps: Llama-3's 128256 in 32 tiles (the row normalizations'
-# tile, reduction.NORM_CONFIG).
+# 4096 logits a tile (and a chunk) in 8 warps: Llama-3's 128256 in 32 (the row
+# normalizations' tile, reduction.NORM_CONFIG). Both steps are built with it: the rows
+# step reads the chunks' results by it (aot/runtime/_sampling.py sizes them by it).
 CONFIG = Config({"block_size": 4096}, num_warps=8, num_stages=2)
+# The chunks' results a tile of the rows step reads (Gemma's 256000 logits: 63 chunks).
+# (The kernels spell both out: module globals are not visible in them.)
+RESULTS = 64
+INT_MAX = 2147483647
 
 
 def config(variant):
     return CONFIG
 
 
-def arrangement(logits, temperatures, top_ks, top_ps, min_ps, seeds, output, t, k, p, q, rows,
-                block, block_size):  # fmt: skip
-    """A program per row, seeing its logits as tiles of `block_size` and one value of
-    each per-row tensor."""
+def arrangement_chunks(logits, temperatures, peaks, firsts, masses, t, rows, block,
+                       block_size):  # fmt: skip
+    """A program per chunk of a row: one tile of its logits, its row's temperature and
+    one element of each result."""
+    tiles = chunks.arrange_chunks(logits, block_size, 1)
+    temperature = temperatures.tile((1,)).unsqueeze(1).expand((-1, peaks.shape[1]))
+    results = (chunks.arrange_results(tensor) for tensor in (peaks, firsts, masses))
+    return (tiles, temperature, *results, t, rows, block)
+
+
+def application_chunks(logits, temperatures, peaks, firsts, masses, t, rows, block):
+    vocabulary = logits.source.shape[1]
+    temperature = t
+    if rows & 1:
+        temperature = ntl.max(temperatures, 0)
+    inverse = 1.0 / ntl.where(temperature <= 0.0, 1.0, temperature)
+    x = ntl.cast(logits[0], ntl.float32)  # padded with -inf
+    index = ntl.cast(logits[0].offsets(-1), ntl.int32)
+    nan = (x != x) & (index < vocabulary)
+    first_nan = ntl.min(ntl.where(nan, index, 2147483647), 0)
+    x = ntl.where(x != x, float("-inf"), x)
+    peak = ntl.max(x, 0)
+    first = ntl.min(ntl.where(x == peak, index, 2147483647), 0)
+    shift = ntl.where(peak == float("-inf"), 0.0, peak)
+    mass = ntl.sum(ntl.exp((x - shift) * inverse), 0)
+    # A chunk holding NaN: NaN and its first NaN's index (NaN counts as the maximum).
+    peaks = ntl.where(first_nan < 2147483647, float("nan"), peak)  # noqa: F841
+    firsts = ntl.where(first_nan < 2147483647, first_nan, first)  # noqa: F841
+    masses = mass  # noqa: F841
+
+
+def arrangement(logits, temperatures, top_ks, top_ps, min_ps, seeds, peaks, firsts, masses,
+                output, t, k, p, q, rows, block, block_size):  # fmt: skip
+    """A program per row, seeing its logits as tiles of `block_size`, its chunks'
+    results as tiles of RESULTS and one value of each per-row tensor."""
     per_row = (tensor.tile((1,)) for tensor in (temperatures, top_ks, top_ps, min_ps, seeds))
     arranged = reduction.arrange_rows(logits, block_size)
-    return (arranged, *per_row, output.tile((1,)), t, k, p, q, rows, block)
+    results = (reduction.arrange_rows(tensor, RESULTS) for tensor in (peaks, firsts, masses))
+    return (arranged, *per_row, *results, output.tile((1,)), t, k, p, q, rows, block)
 
 
 @triton.jit
@@ -158,6 +207,38 @@ def draw(logits, block, vocabulary, bound, top, inverse, target):
     return ntl.where(token < 0, last, token)
 
 
+def draw_unbounded(logits, block, vocabulary, peaks, masses, top, inverse, target):
+    """`draw` without a bound: the chunk whose running mass passes `target` found from
+    the chunks' masses, then the token inside it (one tile read)."""
+    running = ntl.cast(0.0, ntl.float32)
+    chunk = ntl.cast(-1, ntl.int32)
+    last = ntl.cast(-1, ntl.int32)
+    before = ntl.cast(0.0, ntl.float32)
+    for i in range(peaks.shape[0]):
+        weight = ntl.where(
+            peaks[i] > float("-inf"), masses[i] * ntl.exp((peaks[i] - top) * inverse), 0.0
+        )
+        index = ntl.cast(i * 64, ntl.int32) + ntl.arange(0, 64)  # RESULTS
+        last = ntl.maximum(last, ntl.max(ntl.where(weight > 0, index, -1), 0))
+        passed = (ntl.cumsum(weight, 0) + running > target) & (weight > 0)
+        at = ntl.min(ntl.where(passed, index, 2147483647), 0)
+        mass_before = ntl.sum(ntl.where(index < at, weight, 0.0), 0)
+        found = (chunk < 0) & (at < 2147483647)
+        before = ntl.where(found, running + mass_before, before)
+        chunk = ntl.where(found, at, chunk)
+        running += ntl.sum(weight, 0)
+    # Rounding may leave the target unreached: the last chunk with mass, the whole of it.
+    chunk = ntl.where(chunk < 0, last, chunk)
+    tile = chunk  # (a tile's index in a statement of its own)
+    x = ntl.cast(logits[tile], ntl.float32)
+    index = ntl.cast(chunk * block, ntl.int32) + ntl.arange(0, block)
+    p = ntl.where(index < vocabulary, ntl.exp((x - top) * inverse), 0.0)
+    passed = (ntl.cumsum(p, 0) + before > target) & (p > 0)
+    token = ntl.min(ntl.where(passed, index, 2147483647), 0)
+    final = ntl.max(ntl.where(p > 0, index, -1), 0)
+    return ntl.where(token == 2147483647, final, token)
+
+
 def value_at(logits, block, token):
     """The logit at `token`, as float32."""
     tile = token // block  # (a constexpr inside a tile's index is not renamed)
@@ -166,7 +247,8 @@ def value_at(logits, block, token):
 
 
 def application(
-    logits, temperatures, top_ks, top_ps, min_ps, seeds, output, t, k, p, q, rows, block
+    logits, temperatures, top_ks, top_ps, min_ps, seeds, peaks, firsts, masses, output, t, k, p,
+    q, rows, block,
 ):  # fmt: skip
     vocabulary = logits.source.shape[1]
     # `rows`: the parameters given as tensors, a bit each (1 temperature, 2 top-k, 4
@@ -183,25 +265,21 @@ def application(
         min_p = ntl.max(min_ps, 0)
     greedy = (temperature <= 0.0) | (top_k == 1)
     inverse = 1.0 / ntl.where(greedy, 1.0, temperature)
-    # 1. maximum, its first index, and the mass (online); NaN counts as the maximum,
-    # as torch.argmax takes it: a row holding one gives its first NaN's index.
+    # 1. the chunks' results merged: the maximum and its first index, NaN counting as
+    # the maximum as torch.argmax takes it (a row holding one gives its first NaN's
+    # index), and the mass
     top = ntl.cast(float("-inf"), ntl.float32)
-    first = ntl.cast(0, ntl.int32)
     first_nan = ntl.cast(2147483647, ntl.int32)
+    for i in range(peaks.shape[0]):
+        nan = peaks[i] != peaks[i]
+        first_nan = ntl.minimum(first_nan, ntl.min(ntl.where(nan, firsts[i], 2147483647), 0))
+        top = ntl.maximum(top, ntl.max(ntl.where(nan, float("-inf"), peaks[i]), 0))
+    first = ntl.cast(2147483647, ntl.int32)
     total = ntl.cast(0.0, ntl.float32)
-    for i in range(logits.shape[0]):
-        x = ntl.cast(logits[i], ntl.float32)
-        index = ntl.cast(i * block, ntl.int32) + ntl.arange(0, block)
-        first_nan = ntl.minimum(first_nan, ntl.min(ntl.where(x != x, index, 2147483647), 0))
-        x = ntl.where(x != x, float("-inf"), x)
-        tile_max = ntl.max(x, 0)
-        at = ntl.min(ntl.where(x == tile_max, index, 2147483647), 0)
-        first = ntl.where(tile_max > top, at, first)
-        new_top = ntl.maximum(top, tile_max)
-        shift = ntl.where(new_top == float("-inf"), 0.0, new_top)
-        exps = ntl.sum(ntl.exp((x - shift) * inverse), 0)
-        total = total * ntl.exp((top - shift) * inverse) + exps
-        top = new_top
+    for i in range(peaks.shape[0]):
+        first = ntl.minimum(first, ntl.min(ntl.where(peaks[i] == top, firsts[i], 2147483647), 0))
+        weight = masses[i] * ntl.exp((peaks[i] - top) * inverse)
+        total += ntl.sum(ntl.where(peaks[i] > float("-inf"), weight, 0.0), 0)
     token = ntl.where(first_nan < 2147483647, first_nan, first)
     if not greedy and first_nan == 2147483647:
         # 2. the bound of top-k and min-p, and the mass above it
@@ -223,7 +301,11 @@ def application(
         share = ntl.maximum(top_p, 1e-30) * kept
         while not accepted and round < 64:
             target = ntl.rand(random, round) * left
-            token = draw(logits, block, vocabulary, bound, top, inverse, target)
+            if bound > 0:
+                token = draw(logits, block, vocabulary, bound, top, inverse, target)
+            else:
+                token = draw_unbounded(logits, block, vocabulary, peaks, masses, top, inverse,
+                                       target)  # fmt: skip
             accepted = True
             if top_p < 1.0:
                 # (ninetoothed inlines a helper only as a statement's whole value)
@@ -240,7 +322,21 @@ def application(
     output = ntl.cast(token, ntl.int64) + ntl.zeros((1,), dtype=ntl.int64)  # noqa: F841
 
 
-def premake(ndim, dtype, block_size=4096):
+def premake(ndim, dtype, step="rows", block_size=4096):
+    block = Tensor(0, constexpr=True, value=block_size)
+    if step == "chunks":
+        tensors = (
+            Tensor(2, dtype=dtype, other=float("-inf")),
+            Tensor(1, dtype="fp32"),
+            Tensor(2, dtype="fp32"),
+            Tensor(2, dtype="i32"),
+            Tensor(2, dtype="fp32"),
+            Tensor(0, dtype="fp32"),
+            Tensor(0, dtype="i32"),
+            block,
+        )
+        arrange = functools.partial(arrangement_chunks, block_size=block_size)
+        return arrange, application_chunks, tensors
     tensors = (
         Tensor(2, dtype=dtype, other=float("-inf")),
         Tensor(1, dtype="fp32"),
@@ -248,13 +344,16 @@ def premake(ndim, dtype, block_size=4096):
         Tensor(1, dtype="fp32"),
         Tensor(1, dtype="fp32"),
         Tensor(1, dtype="i64"),
+        Tensor(2, dtype="fp32", other=float("-inf")),
+        Tensor(2, dtype="i32", other=INT_MAX),
+        Tensor(2, dtype="fp32", other=0.0),
         Tensor(1, dtype="i64"),
         Tensor(0, dtype="fp32"),
         Tensor(0, dtype="i32"),
         Tensor(0, dtype="fp32"),
         Tensor(0, dtype="fp32"),
         Tensor(0, dtype="i32"),
-        Tensor(0, constexpr=True, value=block_size),
+        block,
     )
     arrange = functools.partial(arrangement, block_size=block_size)
     return arrange, application, tensors

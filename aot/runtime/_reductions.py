@@ -54,7 +54,7 @@ def chunk_size(op):
     would be sized for a kernel that is not the one launched. 1 where none is built
     (the launch then says what the wheel lacks)."""
     sizes = {
-        bucket["config"]["premake"]["block_size"] * bucket["config"]["premake"]["blocks"]
+        bucket["config"]["premake"]["block_size"] * bucket["config"]["premake"].get("blocks", 1)
         for variant in manifest()["variants"]
         if variant["op"] == op
         for bucket in variant["buckets"].values()

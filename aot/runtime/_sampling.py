@@ -15,9 +15,11 @@ import torch
 from . import _C
 from . import _checks as check
 from ._library import fake, routed
+from ._reductions import chunk_size, chunks
 
 _launch = _C.launch
-_SAMPLING = check.groups("sampling")[()]
+_STEPS = check.groups("sampling", "step")
+_CHUNKS, _ROWS = _STEPS.get(("chunks",)), _STEPS.get(("rows",))
 EXPORTS = ("sample",)
 _LOGITS = (torch.float16, torch.bfloat16, torch.float32)
 # kernels/sampling.py's bits: the parameters given as tensors.
@@ -156,4 +158,18 @@ def sampling(logits, seeds, temperatures=None, top_ks=None, top_ps=None, min_ps=
         tensors.append(value.to(torch.int32) if value.dtype == torch.int64 else value)
     top_k = min(top_k, logits.shape[1])
     numbers = (float(temperature), top_k, float(top_p), float(min_p))
-    return _launch(_SAMPLING, logits, *tensors, seeds, None, *numbers, flags)
+    peaks, firsts, masses = chunk_results(logits, tensors[0], numbers[0], flags)
+    output = torch.empty(logits.shape[0], dtype=torch.int64, device=logits.device)
+    _launch(_ROWS, logits, *tensors, seeds, peaks, firsts, masses, output, *numbers, flags)
+    return output
+
+
+def chunk_results(logits, temperatures, temperature, flags):
+    """The chunks step (kernels/sampling.py): for each chunk of each row, its maximum
+    (NaN where it holds one), the index of its first maximum (or NaN) and its mass,
+    sum(exp((x - maximum) / temperature)); (rows, chunks) each."""
+    rows, count = logits.shape[0], chunks(logits.shape[1], chunk_size("sampling"))
+    peaks, masses = (torch.empty(rows, count, device=logits.device) for _ in range(2))
+    firsts = torch.empty(rows, count, dtype=torch.int32, device=logits.device)
+    _launch(_CHUNKS, logits, temperatures, peaks, firsts, masses, temperature, flags)
+    return peaks, firsts, masses

@@ -60,11 +60,15 @@ def _config(make, op):
     return make.registry[op].module.CONFIG.premake
 
 
-def _outputs(make, op):
-    """Where op's outputs are among a launch's arguments: its application's parameters
-    less the ones the launcher gives (a workspace, the launch's id)."""
+def _outputs(make, op, values):
+    """Where op's outputs are among a launch's arguments: the parameters of its
+    application for switch `values` (premake's, where the file has one: steps of an op
+    take different arguments) less the ones the launcher gives (a workspace, the
+    launch's id)."""
     module = make.registry[op].module
-    code = module.application.__code__
+    premake = getattr(module, "premake", None)
+    application = premake(2, "fp32", **values)[1] if premake else module.application
+    code = application.__code__
     given = (module.SPACE.workspace, module.SPACE.launch_id)
     names = [name for name in code.co_varnames[: code.co_argcount] if name not in given]
     return [names.index(name) for name in module.SPACE.outputs if name in names]
@@ -81,7 +85,7 @@ def _launcher(make, groups):
     def launch(group, *args):
         tensors = [arg for arg in args if isinstance(arg, torch.Tensor)]
         op, values = switches[group]
-        if all(args[at].numel() for at in _outputs(make, op)):
+        if all(args[at].numel() for at in _outputs(make, op, values)):
             key = (group, SHORT[tensors[0].dtype], max(tensor.ndim for tensor in tensors))
             if key not in kernels:
                 kernels[key] = make(op, key[2], key[1], **values, **_config(make, op))

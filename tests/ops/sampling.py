@@ -23,30 +23,67 @@ def references():
 
 
 def num_tensors(variant):
-    return 7  # logits, temperatures, top_ks, top_ps, min_ps, seeds, output
+    # chunks: logits, temperatures, peaks, firsts, masses; rows: logits, temperatures,
+    # top_ks, top_ps, min_ps, seeds, peaks, firsts, masses, output
+    return 5 if variant["switches"]["step"] == "chunks" else 10
 
 
 def distinct(rows, vocabulary, dtype, device="cuda"):
     """Logits without ties in any dtype: a permutation of 0 .. vocabulary - 1 a row
-    (integers up to 256 are exact in bfloat16), scaled into a softmax's working range."""
+    (integers up to 256 are exact in bfloat16), scaled into a softmax's working range;
+    past 256 in bfloat16 ties come back, which the argmax takes as torch does (the first)."""
     order = torch.stack([torch.randperm(vocabulary) for _ in range(rows)])
     return (order.to(torch.float32) / 16).to(dtype).to(device)
 
 
+def chunk_reference(logits, temperature, size):
+    """The chunks step's results in torch: per chunk of `size` logits, its maximum (NaN
+    where it holds one), the index of its first maximum (or NaN), and the sum of
+    exp((x - maximum) / temperature) over the others."""
+    x = logits.float()
+    padded = torch.nn.functional.pad(x, (0, -x.shape[1] % size), value=float("-inf"))
+    parts = padded.view(x.shape[0], -1, size)
+    nan = parts.isnan()
+    finite = parts.masked_fill(nan, float("-inf"))
+    peak = finite.amax(-1)
+    index = torch.arange(padded.shape[1], device=x.device).view(1, -1, size)
+    first = torch.where(finite == peak.unsqueeze(-1), index, 1 << 40).amin(-1)
+    first_nan = torch.where(nan, index, 1 << 40).amin(-1)
+    shift = torch.where(peak == float("-inf"), 0.0, peak).unsqueeze(-1)
+    mass = torch.exp((finite - shift) / temperature).sum(-1)
+    has = nan.any(-1)
+    peaks = torch.where(has, float("nan"), peak)
+    return peaks, torch.where(has, first_nan, first).int(), mass
+
+
 def run(nt, variant, spec, dtype, bucket):
-    """Three calls with one answer each, every tensor laid out as the kernel `spec`
-    takes it: greedy rows, top-p 1e-9 (a draw, then rejections down to the argmax) and
-    min-p 1, over a vocabulary of 256 logits: 3 rows, 16 for aligned specs (sizes
+    """The chunks step: its results for 3 rows of 10000 logits (3 chunks; a NaN in one),
+    against `chunk_reference`. The rows step: three calls with one answer each, every
+    tensor laid out as the kernel `spec` takes it: greedy rows, top-p 1e-9 (a draw, then
+    rejections down to the argmax) and min-p 1. 3 rows, 16 for aligned specs (sizes
     divisible by 16), 2 for 64-bit ones (strided() sets the outermost dim 2^31 apart)."""
+    import importlib
+
     wide = spec.width == 64
-    rows, vocabulary = 2 if wide else 16 if spec.aligned else 3, 256
+    rows, vocabulary = 2 if wide else 16 if spec.aligned else 3, 10000
 
     def laid_out(index, shape, dtype, values):
         tensor = strided(shape, dtype, unit=spec.unit[index], aligned=spec.aligned,
                          wide=wide and index == 0)  # fmt: skip
         return tensor.copy_(values)
 
-    logits = laid_out(0, (rows, vocabulary), dtype, distinct(rows, vocabulary, dtype))
+    values = distinct(rows, vocabulary, dtype)
+    # A maximum of its own a row, each in another chunk: past 256 the permutation ties
+    # in half types, and a top-p or min-p draw may take any of tied maxima.
+    values[torch.arange(rows), (torch.arange(rows) * 3331 + 1234) % vocabulary] = 1000.0
+    logits = laid_out(0, (rows, vocabulary), dtype, values)
+    if variant["switches"]["step"] == "chunks":
+        module = importlib.import_module(f"{nt.__name__}._sampling")
+        logits[0, 5000] = float("nan")
+        temperatures = laid_out(1, (rows,), torch.float32, torch.full((rows,), 0.7))
+        found = module.chunk_results(logits, temperatures, 1.0, 1)
+        size = importlib.import_module(f"{nt.__name__}._reductions").chunk_size("sampling")
+        return found, chunk_reference(logits, 0.7, size)
     answers = []
     for temperature, top_p, min_p in ((0.0, 1.0, 0.0), (1.0, 1e-9, 0.0), (0.7, 1.0, 1.0)):
         per_row = [
@@ -62,6 +99,11 @@ def run(nt, variant, spec, dtype, bucket):
 
 
 def check(result, expected, variant, dtype):
+    if isinstance(result, tuple):  # the chunks step's peaks, firsts and masses
+        torch.testing.assert_close(result[0], expected[0], rtol=0, atol=0, equal_nan=True)
+        torch.testing.assert_close(result[1], expected[1], rtol=0, atol=0)
+        torch.testing.assert_close(result[2], expected[2], rtol=1e-5, atol=0)
+        return
     torch.testing.assert_close(result, expected, rtol=0, atol=0)
 
 
@@ -120,38 +162,55 @@ def _draw(d, op):
 
 
 def interpreted(make):
-    """The kernel under Triton's interpreter (CPU), float32 and bfloat16: the
-    single-answer calls of `run`; then 200 draws (rows of the same logits over 24
-    tokens) with every filter on, against `probabilities`: no token outside the
-    filtered support, and a chi-square p-value above 1e-4 (the seeds are fixed, so it
-    fails never or always; the GPU suite draws 10^5 and more). The interpreter takes
-    about 0.2 s a row here."""
+    """aot/runtime/_sampling.py under Triton's interpreter (CPU; tests/ops/_runtime.py),
+    both steps, float32 and bfloat16: the single-answer calls of `run` over chunks of
+    64 (4 a row) and of 2 (100 a row: two tiles of the chunks' results); then 200 draws
+    (rows of the same logits over 24 tokens, chunks of 16) with every filter on, against
+    `probabilities`: no token outside the filtered support, and a chi-square p-value
+    above 1e-4 (the seeds are fixed, so it fails never or always; the GPU suite draws
+    10^5 and more). The interpreter takes about 0.2 s a row here."""
     module = references()
-    for dtype, name in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
-        kernel = make("sampling", 2, name, block_size=64)
+    for dtype, size in ((torch.float32, 64), (torch.bfloat16, 64), (torch.float32, 2)):
+        nt = _runtime(make, size)
         logits = distinct(3, 200, dtype, device="cpu")
         for t, p, q in ((0.0, 1.0, 0.0), (1.0, 1e-9, 0.0), (0.7, 1.0, 1.0)):
-            tokens = _interpreted_call(kernel, logits, torch.arange(3), t, 0, p, q)
-            assert torch.equal(tokens, logits.float().argmax(-1)), (name, t, p, q, tokens)
-    kernel = make("sampling", 2, "fp32", block_size=16)
+            tokens = nt.sampling(logits, torch.arange(3), temperature=t, top_p=p, min_p=q)
+            assert torch.equal(tokens, logits.float().argmax(-1)), (dtype, size, t, p, q, tokens)
+    nt = _runtime(make, 16)
     generator = torch.Generator().manual_seed(0)
     rows, vocabulary = 200, 24
     row = torch.randn(vocabulary, generator=generator) * 1.5
     logits = row.expand(rows, vocabulary).contiguous()
     seeds = torch.randint(0, 1 << 62, (rows,), generator=generator)
     t, k, p, q = 1.3, 12, 0.8, 0.02
-    tokens = _interpreted_call(kernel, logits, seeds, t, k, p, q)
+    tokens = nt.sampling(logits, seeds, temperature=t, top_k=k, top_p=p, min_p=q)
     chances = module.probabilities(logits[:1], temperature=t, top_k=k, top_p=p, min_p=q)[0]
     assert 1 < int((chances > 0).sum()) < k, chances  # every filter cuts
     assert chi_square_p(tokens, chances) > 1e-4, (tokens, chances)
+    plain = nt.sampling(logits, seeds, temperature=t)  # the draw found by the chunks' masses
+    chances = module.probabilities(logits[:1], temperature=t)[0]
+    assert chi_square_p(plain, chances) > 1e-4, (plain, chances)
 
 
-def _interpreted_call(kernel, logits, seeds, t, k, p, q):
-    rows = logits.shape[0]
-    tokens = torch.empty(rows, dtype=torch.int64)
-    unused, ints = torch.zeros(rows), torch.zeros(rows, dtype=torch.int32)
-    kernel(logits, unused, ints, unused, unused, seeds, tokens, t, k, p, q, 0)
-    return tokens
+def _runtime(make, size):
+    """The runtime module with `make`'s kernels behind its launches, built with chunks
+    (and tiles) of `size` logits."""
+    import types
+
+    from ntops_aot.aot.declare.space import Config
+    from ntops_aot.kernels import sampling
+    from tests.ops._runtime import load
+
+    def configured(op, ndim, dtype="fp32", **options):
+        return make(op, ndim, dtype, **{**options, "block_size": size})
+
+    configured.made = make.made
+    module = types.SimpleNamespace(
+        CONFIG=Config({"block_size": size}), SPACE=sampling.SPACE, premake=sampling.premake
+    )
+    configured.registry = {"sampling": types.SimpleNamespace(module=module)}
+    groups = {"sampling": {step: {"step": step} for step in ("chunks", "rows")}}
+    return load(configured, "_sampling", groups)
 
 
 def chi_square_p(tokens, chances):
