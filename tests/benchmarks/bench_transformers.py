@@ -240,7 +240,10 @@ def main():
                     json.dump(report, file, indent=1)
     print("\n".join(table(report)))
     if arguments.png:
-        write_png(arguments.png, report)
+        try:
+            write_png(arguments.png, report)
+        except ImportError:  # the figures are in the JSON: draw them where matplotlib is
+            print(f"no matplotlib: no {arguments.png} (--from-json draws it elsewhere)")
 
 
 if __name__ == "__main__":
