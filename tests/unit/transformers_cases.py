@@ -105,6 +105,19 @@ def test_cpu_tensors_run_transformers_own_code_with_one_warning_each(family):
     assert all("cpu tensors (the wheel's kernels run on CUDA devices)" in m for m in messages)
 
 
+def test_a_second_apply_replaces_nothing_again(served_by_references):
+    model = tiny("gemma3_text")
+    ids, mask = prompts()
+    first = ntt.apply(model)
+    want = logits(model, ids, mask)
+    second = ntt.apply(model)
+    assert second.modules == {"attention": [ntt.NAME]}
+    assert torch.equal(logits(model, ids, mask), want)
+    second.remove()
+    first.remove()
+    assert not any("forward" in module.__dict__ for module in model.modules())
+
+
 def test_gradients_run_transformers_own_code():
     model = tiny("llama")
     ids, mask = prompts()

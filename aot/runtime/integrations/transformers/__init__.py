@@ -99,7 +99,9 @@ def apply(model, *, attention=True, norms=True, rotary=True, mlp=True, linear=Tr
     wanted = {"norm": norms, "mlp": mlp, "linear": linear, "rotary": rotary}
     for name, module in model.named_modules():
         kind = _kind(module, prefix)
-        if kind is None or not wanted[kind] or not _has_ops(served, kind, module):
+        if kind is None or not wanted[kind] or _replaced(module):
+            continue
+        if not _has_ops(served, kind, module):
             continue
         original = module.forward
         if kind == "norm":
@@ -181,9 +183,15 @@ def _install_rotary(modeling, served):
         modeling.apply_rotary_pos_emb = _layers.rotary(stock, served, what)
 
 
+def _replaced(module):
+    """Whether `module`'s forward is already one of `apply`'s (a second `apply`)."""
+    return getattr(module.__dict__.get("forward"), "ntops_prebuilt", False)
+
+
 def _replace(module, forward, patched):
     """`module.forward` made `forward` (an attribute of the instance), and undone."""
     before = module.__dict__.get("forward")
+    forward.ntops_prebuilt = True
     module.forward = forward
 
     def undo():
