@@ -16,7 +16,7 @@ OUT ?= dist
 SEED ?= 0
 CASES ?= 30000
 
-.PHONY: install test lint build gpu-test fuzz bench bench-layer bench-products bench-serving clean
+.PHONY: install test lint build gpu-test fuzz bench bench-layer bench-products bench-serving bench-transformers clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -56,9 +56,15 @@ bench:
 	$(PY) tests/benchmarks/bench_launch.py --json bench_launch.json
 	$(PY) tests/benchmarks/bench_ops.py --json bench_ops.json
 	$(PY) tests/benchmarks/bench_layer.py --json bench_layer.json --png bench_layer.png
+	$(PY) tests/benchmarks/bench_transformers.py --json bench_transformers.json --png bench_transformers.png
 
 bench-layer:
 	$(PY) tests/benchmarks/bench_layer.py --json bench_layer.json --png bench_layer.png
+
+# A Llama-3-8B-shaped transformers model, stock and after ntops_prebuilt's apply(model),
+# eager and compiled (issue 33); needs transformers (and matplotlib for the PNG).
+bench-transformers:
+	$(PY) tests/benchmarks/bench_transformers.py --json bench_transformers.json --png bench_transformers.png
 
 bench-layer-fp8:
 	$(PY) tests/benchmarks/bench_layer_fp8.py --json bench_layer_fp8.json
@@ -75,4 +81,4 @@ bench-serving:
 	$(PY) tests/benchmarks/bench_serving.py --json bench_serving.json
 
 clean:
-	rm -rf generated $(OUT) bench.json bench_launch.json bench_ops.json bench_layer.json bench_layer.png bench_products.json bench_paged_attention.json bench_serving.json fuzz.json
+	rm -rf generated $(OUT) bench.json bench_launch.json bench_ops.json bench_layer.json bench_layer.png bench_products.json bench_paged_attention.json bench_serving.json bench_transformers.json bench_transformers.png fuzz.json

@@ -18,14 +18,17 @@ import shutil
 import subprocess
 import sysconfig
 import zipfile
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..compile.cubins import CompiledKernel
 from ..errors import ExtensionBuildError
 from ..store.cache import Cache, extension_key, write_atomic
 from ..toolchain.versions import compiler, compiler_version
 from . import archive, exports, manylinux
+
+if TYPE_CHECKING:  # importlib.resources.abc is 3.11's
+    from importlib.resources.abc import Traversable
 
 DISTRIBUTION = "ntops_prebuilt"
 PYTHON_TAG = "cp310"  # the limited API of CPython 3.10 and newer
@@ -135,13 +138,17 @@ def compile_extension(
 
 
 def runtime_files() -> dict[str, bytes]:
-    """The hand-written part of ntops_prebuilt, shipped as is."""
-    folder = importlib.resources.files("ntops_aot.aot") / "runtime"
-    return {
-        entry.name: entry.read_bytes()
-        for entry in sorted(folder.iterdir(), key=lambda entry: entry.name)
-        if entry.name.endswith(".py")
-    }
+    """The hand-written part of ntops_prebuilt, shipped as is: aot/runtime's Python files,
+    its subpackages' (integrations/) under their folders' names."""
+    return dict(sorted(_python_files(importlib.resources.files("ntops_aot.aot") / "runtime")))
+
+
+def _python_files(folder: Traversable, prefix: str = "") -> Iterator[tuple[str, bytes]]:
+    for entry in folder.iterdir():
+        if entry.is_dir() and entry.name != "__pycache__":
+            yield from _python_files(entry, f"{prefix}{entry.name}/")
+        elif entry.name.endswith(".py"):
+            yield f"{prefix}{entry.name}", entry.read_bytes()
 
 
 def write_wheel(

@@ -54,6 +54,7 @@ RUNTIME = {
     "_softmax.py",
     "_sums.py",
     "tune.py",
+    "integrations",  # a folder: integrations/transformers/*.py (test_runtime_subpackages)
 }
 # Rendered by the build from the kernel files' declarations (aot/package/exports.py).
 GENERATED = {"_functions.py", "_ops.py"}
@@ -84,6 +85,18 @@ def test_name_tags_and_layout(small_build):
     assert [line for line in metadata.splitlines() if line.startswith("Requires-Dist")] == [
         "Requires-Dist: torch>=2.4"
     ]
+
+
+def test_runtime_subpackages_ship_under_their_folders():
+    files = package.runtime_files()
+    assert {name for name in files if name.startswith("integrations/")} == {
+        "integrations/__init__.py",
+        "integrations/transformers/__init__.py",
+        "integrations/transformers/_attention.py",
+        "integrations/transformers/_layers.py",
+        "integrations/transformers/_served.py",
+    }
+    assert not any("__pycache__" in name for name in files)
 
 
 def test_record_lists_every_file_with_its_hash(small_build):

@@ -1,0 +1,154 @@
+"""ntops_prebuilt.integrations.transformers on the GPU, for every family it serves (small
+random models from tests/hf_models.py, no downloads): greedy generate() gives stock
+transformers' tokens in float32, eagerly and with a static cache under torch.compile
+(fullgraph: a graph break fails), and bf16 logits stay as close to float32's as stock
+bf16's do; batches with and without left padding. What falls back (Gemma 2's softcapped
+attention in float32 or under a mask) is asserted by its one warning, so a part that
+silently stopped being served fails too. Skipped where transformers is not installed
+(.device/tf.sh installs it on the device machine)."""
+
+import warnings
+
+import pytest
+import torch
+
+from tests.hf_models import CONFIGS, prompts, tiny
+
+transformers = pytest.importorskip("transformers")
+
+FAMILIES = sorted(CONFIGS)
+NEW_TOKENS = 8
+# How much further from float32's logits bf16 ones may be than stock bf16's (relative
+# Frobenius norms, over the positions that are not padding); the floor is for models
+# whose stock bf16 error happens to be tiny.
+WORSE, FLOOR = 2.0, 5e-3
+DTYPE_REFUSED = (
+    "ntops_prebuilt: Gemma2Attention's attention runs transformers' own code: float32 "
+    "tensors (its paged_attention kernels are bfloat16, float16)"
+)
+MASK_REFUSED = (
+    "ntops_prebuilt: Gemma2Attention's attention runs transformers' own code: softcapping "
+    "with an attention mask (padding, or a static cache): the wheel's softcapped attention "
+    "takes lengths, not masks"
+)
+
+
+@pytest.fixture
+def ntt(nt, monkeypatch):
+    from ntops_prebuilt.integrations import transformers as integration
+    from ntops_prebuilt.integrations.transformers import _served
+
+    monkeypatch.setattr(_served, "_WARNED", set())  # each test sees its own warnings
+    return integration
+
+
+def expected_fallbacks(family, dtype, masked):
+    """The one warning a family's case gives: Gemma 2's softcapped attention is built for
+    half types, and takes no mask (padding, a static cache's)."""
+    if family != "gemma2":
+        return []
+    if dtype == torch.float32:
+        return [DTYPE_REFUSED]
+    return [MASK_REFUSED] if masked else []
+
+
+def generate(model, ids, mask, **options):
+    with torch.no_grad():
+        return model.generate(
+            ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False, **options
+        )
+
+
+def patched(ntt, family, dtype, device="cuda"):
+    """A model of `family` with `apply`'s forwards (inside catch_warnings: its warnings,
+    of ops the wheel lacks, would join the case's)."""
+    warnings.simplefilter("always")
+    model = tiny(family, dtype=dtype, device=device)
+    ntt.apply(model)
+    return model
+
+
+def fallbacks(ntt, caught):
+    return sorted({str(w.message) for w in caught if issubclass(w.category, ntt.FallbackWarning)})
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("padding", [0, 3])
+def test_greedy_tokens_match_stock_in_float32(ntt, family, padding):
+    ids, mask = prompts(padding=padding, device="cuda")
+    want = generate(tiny(family, device="cuda"), ids, mask)
+    with warnings.catch_warnings(record=True) as caught:
+        model = patched(ntt, family, torch.float32)
+        got = generate(model, ids, mask)
+    assert torch.equal(got, want), (got, want)
+    assert fallbacks(ntt, caught) == expected_fallbacks(family, torch.float32, padding)
+
+
+def relative(got, want, kept):
+    got, want = got[kept].double(), want[kept].double()
+    return ((got - want).norm() / want.norm()).item()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("padding", [0, 3])
+def test_bf16_logits_as_close_to_float32_as_stocks(ntt, family, padding):
+    ids, mask = prompts(padding=padding, device="cuda")
+    kept = mask.bool()
+    with torch.no_grad():
+        reference = tiny(family, device="cuda")(ids, attention_mask=mask).logits
+        stock = tiny(family, dtype=torch.bfloat16, device="cuda")(ids, attention_mask=mask).logits
+        with warnings.catch_warnings(record=True) as caught:
+            model = patched(ntt, family, torch.bfloat16)
+            ours = model(ids, attention_mask=mask).logits
+    assert fallbacks(ntt, caught) == expected_fallbacks(family, torch.bfloat16, padding)
+    ours_error, stock_error = relative(ours, reference, kept), relative(stock, reference, kept)
+    assert ours_error <= max(WORSE * stock_error, FLOOR), (ours_error, stock_error)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_static_cache_under_torch_compile_matches_stock(ntt, family):
+    """transformers' own compile of the decode step (generate with a static cache), as
+    fullgraph Dynamo graphs run eagerly (Inductor: the Llama case below)."""
+    from transformers import CompileConfig
+
+    torch._dynamo.reset()
+    ids, mask = prompts(padding=0, device="cuda")
+    want = generate(tiny(family, device="cuda"), ids, mask)
+    config = CompileConfig(fullgraph=True, backend="eager", mode=None)
+    with warnings.catch_warnings(record=True) as caught:
+        model = patched(ntt, family, torch.float32)
+        got = generate(model, ids, mask, cache_implementation="static", compile_config=config)
+    assert torch.equal(got, want), (got, want)
+    assert fallbacks(ntt, caught) == expected_fallbacks(family, torch.float32, masked=True)
+
+
+def test_llama_under_inductor_with_cuda_graphs(ntt):
+    """transformers' default compile (Inductor, reduce-overhead: CUDA graphs) of the
+    decode step, fullgraph, the wheel's ops inside the graphs."""
+    from transformers import CompileConfig
+
+    torch._dynamo.reset()
+    ids, mask = prompts(padding=0, device="cuda")
+    want = generate(tiny("llama", device="cuda"), ids, mask)
+    config = CompileConfig(fullgraph=True)
+    with warnings.catch_warnings(record=True) as caught:
+        model = patched(ntt, "llama", torch.float32)
+        got = generate(model, ids, mask, cache_implementation="static", compile_config=config)
+        again = generate(model, ids, mask, cache_implementation="static", compile_config=config)
+    assert torch.equal(got, want), (got, want)
+    assert torch.equal(again, want), (again, want)
+    assert fallbacks(ntt, caught) == []
+
+
+def test_cpu_calls_of_a_patched_cuda_model_fall_back(ntt):
+    """A model patched on the GPU, then moved to the CPU, runs transformers' code there."""
+    ids, mask = prompts()
+    with torch.no_grad():
+        want = tiny("qwen2")(ids, attention_mask=mask).logits
+        with warnings.catch_warnings(record=True) as caught:
+            model = patched(ntt, "qwen2", torch.float32, device="cpu").cuda()
+            model(ids.cuda(), attention_mask=mask.cuda())
+            assert fallbacks(ntt, caught) == []
+            got = model.cpu()(ids, attention_mask=mask).logits
+    assert torch.equal(got, want)
+    assert len(fallbacks(ntt, caught)) == 5, fallbacks(ntt, caught)
