@@ -39,7 +39,7 @@ SPACE = VariantSpace(
 
 API = Api(
     "(Tensor input, Tensor|Number q, int? dim=None, bool keepdim=False,"
-    " str interpolation='linear', *, Tensor? out=None)",
+    " str interpolation='linear', Tensor? out=None)",
     "torch.quantile",
     wrapper="_quantile",
     # q as numbers: torch's CUDA quantile indexes out of bounds with a q outside [0, 1],
@@ -51,8 +51,8 @@ API = Api(
         sample(input=(40, 17), q=0.0, dim=0, interpolation="lower"),
         sample(input=(3, 5000), q=0.5, dim=1, interpolation="higher"),
     ),
-    doc="torch.quantile along `dim` or of the whole tensor (float32); interpolation may "
-    "also be given by position, as ntops.torch.quantile takes it.",
+    doc="torch.quantile along `dim` or of the whole tensor (float32); interpolation and "
+    "out may also be given by position, as ntops.torch.quantile takes them.",
 )
 
 # A 1024-element tile in 4 warps, as the row reductions (a row is read 10 times; not

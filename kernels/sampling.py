@@ -43,12 +43,25 @@ from ._lib import chunks, reduction
 SPACE = VariantSpace(
     dtypes=FLOATS,
     ndims=(2,),
-    switches={"step": ("chunks", "rows")},
+    switches={"step": ("chunks", "digits", "bounded", "rows")},
     coalesce="none",
-    outputs=("output", "peaks", "firsts", "masses"),
+    outputs=("output", "peaks", "firsts", "masses", "kept", "bounds", "leading", "second"),
     # The per-row parameters may be one value broadcast (stride 0) or unused views; the
     # chunks' results are a few values a row.
-    unspecialized=("temperature", "top_k", "top_p", "min_p", "peaks", "firsts", "masses", "output"),
+    unspecialized=(
+        "temperature",
+        "top_k",
+        "top_p",
+        "min_p",
+        "peaks",
+        "firsts",
+        "masses",
+        "kept",
+        "bounds",
+        "output",
+        "leading",
+        "second",
+    ),
     dims={
         "logits": ("rows", "vocabulary"),
         "temperatures": ("rows",),
@@ -59,6 +72,10 @@ SPACE = VariantSpace(
         "peaks": ("rows", "chunks"),
         "firsts": ("rows", "chunks"),
         "masses": ("rows", "chunks"),
+        "kept": ("rows", "chunks"),
+        "bounds": ("rows",),
+        "leading": ("rows", "counts"),
+        "second": ("rows", "counts"),
         "output": ("rows",),
     },
 )
@@ -95,17 +112,24 @@ def config(variant):
     return CONFIG
 
 
-def arrangement_chunks(logits, temperatures, peaks, firsts, masses, t, rows, block,
+def histograms(tensor):
+    """(rows, chunks * 256) -> each program's 256 counts (a chunk of a row)."""
+    arranged = tensor.tile((1, 256))
+    arranged.dtype = arranged.dtype.squeeze(0)
+    return arranged
+
+
+def arrangement_chunks(logits, temperatures, peaks, firsts, masses, leading, t, rows, block,
                        block_size):  # fmt: skip
     """A program per chunk of a row: one tile of its logits, its row's temperature and
-    one element of each result."""
+    one element of each result (256 of the histogram)."""
     tiles = chunks.arrange_chunks(logits, block_size, 1)
     temperature = temperatures.tile((1,)).unsqueeze(1).expand((-1, peaks.shape[1]))
     results = (chunks.arrange_results(tensor) for tensor in (peaks, firsts, masses))
-    return (tiles, temperature, *results, t, rows, block)
+    return (tiles, temperature, *results, histograms(leading), t, rows, block)
 
 
-def application_chunks(logits, temperatures, peaks, firsts, masses, t, rows, block):
+def application_chunks(logits, temperatures, peaks, firsts, masses, leading, t, rows, block):
     vocabulary = logits.source.shape[1]
     temperature = t
     if rows & 1:
@@ -124,16 +148,83 @@ def application_chunks(logits, temperatures, peaks, firsts, masses, t, rows, blo
     peaks = ntl.where(first_nan < 2147483647, float("nan"), peak)  # noqa: F841
     firsts = ntl.where(first_nan < 2147483647, first_nan, first)  # noqa: F841
     masses = mass  # noqa: F841
+    if rows & 64:  # top-k: the histogram of the keys' first byte (the radix select's)
+        digits = ntl.cast((key(ntl.cast(logits[0], ntl.float32)) >> 24) & 255, ntl.int32)
+        leading = ntl.histogram(digits, 256, mask=index < vocabulary)  # noqa: F841
+
+
+def arrangement_digits(logits, top_ks, peaks, leading, second, k, rows, block, block_size):
+    """A program per chunk of a row: one tile of its logits, its row's k, every chunk's
+    first-byte histogram of the row, and its own second-byte one."""
+    count = peaks.shape[1]
+    tiles = chunks.arrange_chunks(logits, block_size, 1)
+    per_row = top_ks.tile((1,)).unsqueeze(1).expand((-1, count))
+    whole = reduction.arrange_rows(leading, 256).expand((-1, count))  # from (rows, 1)
+    return (tiles, per_row, chunks.arrange_results(peaks), whole, histograms(second), k, rows,
+            block)  # fmt: skip
+
+
+def application_digits(logits, top_ks, peaks, leading, second, k, rows, block):
+    """The radix select's second byte, a chunk at a time: the first byte's bucket of the
+    row's k-th largest key from the chunks' histograms, then this chunk's histogram of
+    the second byte of its keys inside that bucket."""
+    vocabulary = logits.source.shape[1]
+    top_k = k
+    if rows & 2:
+        top_k = ntl.max(top_ks, 0)
+    counts = ntl.zeros((256,), dtype=ntl.int32)
+    for i in range(leading.shape[0]):
+        counts += leading[i]
+    chosen, _wanted, _exact = choose(counts, top_k)
+    keys = key(ntl.cast(logits[0], ntl.float32))
+    index = ntl.cast(logits[0].offsets(-1), ntl.int32)
+    inside = ((keys >> 24) == ntl.cast(chosen, ntl.int64)) & (index < vocabulary)
+    digits = ntl.cast((keys >> 16) & 255, ntl.int32)
+    second = ntl.histogram(digits, 256, mask=inside)  # noqa: F841
+
+
+def arrangement_bounded(logits, temperatures, bounds, peaks, kept, t, rows, block,
+                        block_size):  # fmt: skip
+    """A program per chunk of a row: one tile of its logits, its row's temperature and
+    bound, its chunk's maximum and mass kept."""
+    tiles = chunks.arrange_chunks(logits, block_size, 1)
+    per_row = (
+        tensor.tile((1,)).unsqueeze(1).expand((-1, peaks.shape[1]))
+        for tensor in (temperatures, bounds)
+    )
+    results = (chunks.arrange_results(tensor) for tensor in (peaks, kept))
+    return (tiles, *per_row, *results, t, rows, block)
+
+
+def application_bounded(logits, temperatures, bounds, peaks, kept, t, rows, block):
+    """The chunk's mass of logits with keys at least its row's bound (the rows step's
+    first launch found it: top-k's k-th key, min-p's floor), relative to the chunk's
+    maximum as `masses` is."""
+    vocabulary = logits.source.shape[1]
+    temperature = t
+    if rows & 1:
+        temperature = ntl.max(temperatures, 0)
+    inverse = 1.0 / ntl.where(temperature <= 0.0, 1.0, temperature)
+    bound = ntl.max(bounds, 0)
+    peak = ntl.max(ntl.max(peaks, 1), 0)
+    shift = ntl.where(peak == float("-inf"), 0.0, peak)
+    x = ntl.cast(logits[0], ntl.float32)
+    index = ntl.cast(logits[0].offsets(-1), ntl.int32)
+    inside = (key(x) >= bound) & (index < vocabulary)
+    kept = ntl.sum(ntl.where(inside, ntl.exp((x - shift) * inverse), 0.0), 0)  # noqa: F841
 
 
 def arrangement(logits, temperatures, top_ks, top_ps, min_ps, seeds, peaks, firsts, masses,
-                output, t, k, p, q, rows, block, block_size):  # fmt: skip
+                leading, second, bounds, output, t, k, p, q, rows, block,
+                block_size):  # fmt: skip
     """A program per row, seeing its logits as tiles of `block_size`, its chunks'
     results as tiles of RESULTS and one value of each per-row tensor."""
     per_row = (tensor.tile((1,)) for tensor in (temperatures, top_ks, top_ps, min_ps, seeds))
     arranged = reduction.arrange_rows(logits, block_size)
     results = (reduction.arrange_rows(tensor, RESULTS) for tensor in (peaks, firsts, masses))
-    return (arranged, *per_row, *results, output.tile((1,)), t, k, p, q, rows, block)
+    counts = (reduction.arrange_rows(tensor, 256) for tensor in (leading, second))
+    ends = (tensor.tile((1,)) for tensor in (bounds, output))
+    return (arranged, *per_row, *results, *counts, *ends, t, k, p, q, rows, block)
 
 
 @triton.jit
@@ -146,15 +237,25 @@ def key(x):
     return tl.cast(ordered, tl.int64) + 2147483648
 
 
-def kth_key(logits, block, vocabulary, k):
+@triton.jit
+def choose(counts, wanted):
+    """Of a histogram of 256 buckets of keys (the largest last), the bucket holding the
+    `wanted`-th largest, how many are still wanted inside it, and whether it holds
+    exactly those (then its least key is the bound)."""
+    bins = tl.arange(0, 256)
+    above = tl.cumsum(counts, 0, reverse=True) - counts
+    chosen = tl.max(tl.where((above < wanted) & (above + counts >= wanted), bins, -1), 0)
+    left = wanted - tl.sum(tl.where(bins == chosen, above, 0), 0)
+    exact = tl.sum(tl.where(bins == chosen, counts, 0), 0) == left
+    return chosen, left, exact
+
+
+def kth_key(logits, block, vocabulary, prefix, wanted, shift, exact):
     """The key of the row's k-th largest logit, or the least key of a bucket (keys
     agreeing in their leading bytes) that holds exactly the k-th and every key above it
-    down to it: either way, the keys at least it are the k largest and their ties."""
-    bins = ntl.arange(0, 256)
-    prefix = ntl.cast(0, ntl.int64)
-    wanted = k
-    shift = 24
-    exact = False
+    down to it: either way, the keys at least it are the k largest and their ties.
+    Continued from a state of the radix select (the bytes above `shift` chosen: `prefix`,
+    `wanted` keys still wanted inside it, `exact`): (0, k, 24, False) from the start."""
     while shift >= 0 and not exact:
         counts = ntl.zeros((256,), dtype=ntl.int32)
         for i in range(logits.shape[0]):
@@ -164,10 +265,7 @@ def kth_key(logits, block, vocabulary, k):
             )
             digits = ntl.cast((keys >> shift) & 255, ntl.int32)
             counts += ntl.histogram(digits, 256, mask=inside)
-        above = ntl.cumsum(counts, 0, reverse=True) - counts
-        chosen = ntl.max(ntl.where((above < wanted) & (above + counts >= wanted), bins, -1), 0)
-        wanted -= ntl.sum(ntl.where(bins == chosen, above, 0), 0)
-        exact = ntl.sum(ntl.where(bins == chosen, counts, 0), 0) == wanted
+        chosen, wanted, exact = choose(counts, wanted)
         prefix = prefix * 256 + ntl.cast(chosen, ntl.int64)
         shift -= 8
     return prefix << (shift + 8)
@@ -207,9 +305,10 @@ def draw(logits, block, vocabulary, bound, top, inverse, target):
     return ntl.where(token < 0, last, token)
 
 
-def draw_unbounded(logits, block, vocabulary, peaks, masses, top, inverse, target):
-    """`draw` without a bound: the chunk whose running mass passes `target` found from
-    the chunks' masses, then the token inside it (one tile read)."""
+def draw_located(logits, block, vocabulary, bound, peaks, masses, top, inverse, target):
+    """`draw` where each chunk's mass above `bound` is known (`masses`): the chunk whose
+    running mass passes `target` found from them, then the token inside it (one tile
+    read)."""
     running = ntl.cast(0.0, ntl.float32)
     chunk = ntl.cast(-1, ntl.int32)
     last = ntl.cast(-1, ntl.int32)
@@ -232,7 +331,7 @@ def draw_unbounded(logits, block, vocabulary, peaks, masses, top, inverse, targe
     tile = chunk  # (a tile's index in a statement of its own)
     x = ntl.cast(logits[tile], ntl.float32)
     index = ntl.cast(chunk * block, ntl.int32) + ntl.arange(0, block)
-    p = ntl.where(index < vocabulary, ntl.exp((x - top) * inverse), 0.0)
+    p = ntl.where((key(x) >= bound) & (index < vocabulary), ntl.exp((x - top) * inverse), 0.0)
     passed = (ntl.cumsum(p, 0) + before > target) & (p > 0)
     token = ntl.min(ntl.where(passed, index, 2147483647), 0)
     final = ntl.max(ntl.where(p > 0, index, -1), 0)
@@ -247,13 +346,16 @@ def value_at(logits, block, token):
 
 
 def application(
-    logits, temperatures, top_ks, top_ps, min_ps, seeds, peaks, firsts, masses, output, t, k, p,
-    q, rows, block,
+    logits, temperatures, top_ks, top_ps, min_ps, seeds, peaks, firsts, masses, leading,
+    second, bounds, output, t, k, p, q, rows, block,
 ):  # fmt: skip
     vocabulary = logits.source.shape[1]
     # `rows`: the parameters given as tensors, a bit each (1 temperature, 2 top-k, 4
     # top-p, 8 min-p); the others are the numbers. (Assigning a parameter would store
-    # to it: the row's values take new names.)
+    # to it: the row's values take new names.) With a bound, three launches: 16, this
+    # step finds each row's bound (0: none) and writes it to `bounds`; the bounded step
+    # sums each chunk's mass above it; 32, this step reads it, and `masses` are those.
+    # 64: top-k's first two bytes are in the chunks' histograms `leading` and `second`.
     temperature, top_k, top_p, min_p = t, k, p, q
     if rows & 1:
         temperature = ntl.max(temperatures, 0)
@@ -281,16 +383,44 @@ def application(
         weight = masses[i] * ntl.exp((peaks[i] - top) * inverse)
         total += ntl.sum(ntl.where(peaks[i] > float("-inf"), weight, 0.0), 0)
     token = ntl.where(first_nan < 2147483647, first_nan, first)
-    if not greedy and first_nan == 2147483647:
-        # 2. the bound of top-k and min-p, and the mass above it
-        bound = ntl.cast(0, ntl.int64)
+    live = ~greedy & (first_nan == 2147483647)  # the rows that draw
+    bound = ntl.cast(0, ntl.int64)
+    if live & ((rows & 32) == 0):
+        # 2. the bound of top-k and min-p
         if (top_k > 0) & (top_k < vocabulary):
-            bound = kth_key(logits, block, vocabulary, top_k)
+            # The radix select's state: from the start, or (64) past its first two
+            # bytes, whose histograms the chunk steps made.
+            prefix = ntl.cast(0, ntl.int64)
+            wanted = top_k
+            shift = ntl.cast(24, ntl.int32)
+            exact = top_k < 0
+            if rows & 64:
+                counts = ntl.zeros((256,), dtype=ntl.int32)
+                for i in range(leading.shape[0]):
+                    counts += leading[i]
+                chosen, wanted, exact = choose(counts, wanted)
+                prefix = ntl.cast(chosen, ntl.int64)
+                shift = ntl.cast(16, ntl.int32)
+                if not exact:
+                    counts = ntl.zeros((256,), dtype=ntl.int32)
+                    for i in range(second.shape[0]):
+                        counts += second[i]
+                    chosen, wanted, exact = choose(counts, wanted)
+                    prefix = prefix * 256 + ntl.cast(chosen, ntl.int64)
+                    shift = ntl.cast(8, ntl.int32)
+            bound = kth_key(logits, block, vocabulary, prefix, wanted, shift, exact)
         if min_p > 0.0:
             floor = key(top + ntl.log(ntl.minimum(min_p, 1.0)) * temperature)
             bound = ntl.maximum(bound, floor)
+    if rows & 16:
+        bounds = bound + ntl.zeros((1,), dtype=ntl.int64)
+    if rows & 32:
+        bound = ntl.max(bounds, 0)
+    if live & ((rows & 16) == 0):
+        # the mass above the bound: the chunks' (found by the bounded step), or a pass
         left = total
-        if bound > 0:
+        located = (bound == 0) | ((rows & 32) != 0)
+        if not located:
             left = mass_above(logits, block, vocabulary, bound, top, inverse)
         # 3. and 4. draws until one is inside top-p (the first, without top-p)
         kept = left
@@ -301,11 +431,12 @@ def application(
         share = ntl.maximum(top_p, 1e-30) * kept
         while not accepted and round < 64:
             target = ntl.rand(random, round) * left
-            if bound > 0:
-                token = draw(logits, block, vocabulary, bound, top, inverse, target)
+            if located and round == 0:
+                token = draw_located(
+                    logits, block, vocabulary, bound, peaks, masses, top, inverse, target
+                )
             else:
-                token = draw_unbounded(logits, block, vocabulary, peaks, masses, top, inverse,
-                                       target)  # fmt: skip
+                token = draw(logits, block, vocabulary, bound, top, inverse, target)
             accepted = True
             if top_p < 1.0:
                 # (ninetoothed inlines a helper only as a statement's whole value)
@@ -324,21 +455,49 @@ def application(
 
 def premake(ndim, dtype, step="rows", block_size=4096):
     block = Tensor(0, constexpr=True, value=block_size)
+    logits = Tensor(2, dtype=dtype, other=float("-inf"))
     if step == "chunks":
         tensors = (
-            Tensor(2, dtype=dtype, other=float("-inf")),
+            logits,
             Tensor(1, dtype="fp32"),
             Tensor(2, dtype="fp32"),
             Tensor(2, dtype="i32"),
             Tensor(2, dtype="fp32"),
+            Tensor(2, dtype="i32"),
             Tensor(0, dtype="fp32"),
             Tensor(0, dtype="i32"),
             block,
         )
         arrange = functools.partial(arrangement_chunks, block_size=block_size)
         return arrange, application_chunks, tensors
+    if step == "digits":
+        tensors = (
+            logits,
+            Tensor(1, dtype="i32"),
+            Tensor(2, dtype="fp32"),
+            Tensor(2, dtype="i32", other=0),
+            Tensor(2, dtype="i32"),
+            Tensor(0, dtype="i32"),
+            Tensor(0, dtype="i32"),
+            block,
+        )
+        arrange = functools.partial(arrangement_digits, block_size=block_size)
+        return arrange, application_digits, tensors
+    if step == "bounded":
+        tensors = (
+            logits,
+            Tensor(1, dtype="fp32"),
+            Tensor(1, dtype="i64"),
+            Tensor(2, dtype="fp32"),
+            Tensor(2, dtype="fp32"),
+            Tensor(0, dtype="fp32"),
+            Tensor(0, dtype="i32"),
+            block,
+        )
+        arrange = functools.partial(arrangement_bounded, block_size=block_size)
+        return arrange, application_bounded, tensors
     tensors = (
-        Tensor(2, dtype=dtype, other=float("-inf")),
+        logits,
         Tensor(1, dtype="fp32"),
         Tensor(1, dtype="i32"),
         Tensor(1, dtype="fp32"),
@@ -347,6 +506,9 @@ def premake(ndim, dtype, step="rows", block_size=4096):
         Tensor(2, dtype="fp32", other=float("-inf")),
         Tensor(2, dtype="i32", other=INT_MAX),
         Tensor(2, dtype="fp32", other=0.0),
+        Tensor(2, dtype="i32", other=0),
+        Tensor(2, dtype="i32", other=0),
+        Tensor(1, dtype="i64"),
         Tensor(1, dtype="i64"),
         Tensor(0, dtype="fp32"),
         Tensor(0, dtype="i32"),

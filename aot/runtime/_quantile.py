@@ -31,7 +31,7 @@ def _selected(rows, q, q_value, mode):
 
 
 @routed("quantile")
-def quantile(input, q, dim=None, keepdim=False, interpolation="linear", *, out=None):
+def quantile(input, q, dim=None, keepdim=False, interpolation="linear", out=None):
     """torch.quantile along `dim`, or of every element (None): for each q in [0, 1] (a
     number, or a 0-dim or 1-D tensor, whose quantiles make the result's first dim),
     the value at rank q * (n - 1), interpolated as `interpolation` says; NaN where the

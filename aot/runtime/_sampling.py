@@ -19,7 +19,16 @@ from ._reductions import chunk_size, chunks
 
 _launch = _C.launch
 _STEPS = check.groups("sampling", "step")
-_CHUNKS, _ROWS = _STEPS.get(("chunks",)), _STEPS.get(("rows",))
+_CHUNKS, _DIGITS, _BOUNDED, _ROWS = (
+    _STEPS.get((step,)) for step in ("chunks", "digits", "bounded", "rows")
+)
+# kernels/sampling.py's bits of the rows step: find the bounds and stop; read them;
+# top-k's first two bytes counted by the chunk steps.
+_FIND_BOUNDS, _BOUNDS_FOUND, _HISTOGRAMS = 16, 32, 64
+# Rows up to which top-k's first two bytes are counted a chunk a program (two launches
+# beside one program a row's two passes); past it every program reads the row's
+# histograms (C * 1 KB each), and the rows fill the GPU by themselves.
+_SPLIT_ROWS = 64
 EXPORTS = ("sample",)
 _LOGITS = (torch.float16, torch.bfloat16, torch.float32)
 # kernels/sampling.py's bits: the parameters given as tensors.
@@ -158,18 +167,51 @@ def sampling(logits, seeds, temperatures=None, top_ks=None, top_ps=None, min_ps=
         tensors.append(value.to(torch.int32) if value.dtype == torch.int64 else value)
     top_k = min(top_k, logits.shape[1])
     numbers = (float(temperature), top_k, float(top_p), float(min_p))
-    peaks, firsts, masses = chunk_results(logits, tensors[0], numbers[0], flags)
-    output = torch.empty(logits.shape[0], dtype=torch.int64, device=logits.device)
-    _launch(_ROWS, logits, *tensors, seeds, peaks, firsts, masses, output, *numbers, flags)
+    rows, vocabulary = logits.shape
+    device = logits.device
+    selecting = flags & _TOP_K or 0 < top_k < vocabulary
+    size = chunks(vocabulary, chunk_size("sampling")) * 256
+    if selecting and rows < _SPLIT_ROWS:
+        flags |= _HISTOGRAMS
+        leading, second = (torch.empty(rows, size, dtype=torch.int32, device=device) for _ in "ab")
+    else:  # never read: a stand-in of their shape
+        leading = second = torch.empty(1, dtype=torch.int32, device=device).expand(rows, size)
+    peaks, firsts, masses = chunk_results(logits, tensors[0], numbers[0], flags, leading)
+    if flags & _HISTOGRAMS:
+        _launch(_DIGITS, logits, tensors[1], peaks, leading, second, numbers[1], flags)
+    output = torch.empty(rows, dtype=torch.int64, device=device)
+    bounds = torch.empty(rows, dtype=torch.int64, device=device)
+    counts = (leading, second, bounds, output)
+    # A bound may cut (top-k or min-p on, as numbers or per row): its rows step finds
+    # it, a chunk step sums each chunk's mass above it, and the draw reads one tile
+    # (else two passes over the row, in one program).
+    if selecting or flags & _MIN_P or numbers[3] > 0:
+        arguments = (logits, *tensors, seeds, peaks, firsts, masses, *counts, *numbers)
+        _launch(_ROWS, *arguments, flags | _FIND_BOUNDS)
+        masses = chunk_kept(logits, tensors[0], bounds, peaks, numbers[0], flags)
+        flags |= _BOUNDS_FOUND
+    arguments = (logits, *tensors, seeds, peaks, firsts, masses, *counts, *numbers)
+    _launch(_ROWS, *arguments, flags)
     return output
 
 
-def chunk_results(logits, temperatures, temperature, flags):
+def chunk_results(logits, temperatures, temperature, flags, leading):
     """The chunks step (kernels/sampling.py): for each chunk of each row, its maximum
     (NaN where it holds one), the index of its first maximum (or NaN) and its mass,
-    sum(exp((x - maximum) / temperature)); (rows, chunks) each."""
+    sum(exp((x - maximum) / temperature)); (rows, chunks) each. With flag 64, the
+    histogram of its keys' first byte into `leading` (rows, chunks * 256)."""
     rows, count = logits.shape[0], chunks(logits.shape[1], chunk_size("sampling"))
     peaks, masses = (torch.empty(rows, count, device=logits.device) for _ in range(2))
     firsts = torch.empty(rows, count, dtype=torch.int32, device=logits.device)
-    _launch(_CHUNKS, logits, temperatures, peaks, firsts, masses, temperature, flags)
+    arguments = (logits, temperatures, peaks, firsts, masses, leading, temperature, flags)
+    _launch(_CHUNKS, *arguments)
     return peaks, firsts, masses
+
+
+def chunk_kept(logits, temperatures, bounds, peaks, temperature, flags):
+    """The bounded step (kernels/sampling.py): for each chunk of each row, the sum of
+    exp((x - its maximum) / temperature) over its logits whose keys are at least the
+    row's bound (`bounds`, int64 keys; `peaks` the chunks' maxima); (rows, chunks)."""
+    kept = torch.empty_like(peaks)
+    _launch(_BOUNDED, logits, temperatures, bounds, peaks, kept, temperature, flags)
+    return kept

@@ -14,7 +14,6 @@ from . import _C
 from . import _checks as check
 from ._errors import NotBuiltError
 from ._library import fake, routed
-from ._reductions import written_pair
 
 _launch = _C.launch
 # The kernels by the longest rows they sort whole ("64", "1024"), and "select" (topk
@@ -146,14 +145,11 @@ def _sort(input, dim=-1, descending=False, stable=False):
     return _sorted("sort", input, _checked("sort", input, dim), descending)
 
 
-def sort(input, dim=-1, descending=False, stable=False, *, out=None):
+def sort(input, dim=-1, descending=False, stable=False):
     """torch.sort: (values, indices) of `input` sorted along `dim`, stable (`stable`
-    is torch's parameter: the order is the stable one either way); out=(values,
-    indices) takes them and is returned, as torch's (upstream ntops calls it so)."""
-    values, indices = _sort(input, dim, descending, stable)
-    if out is not None:
-        values, indices = written_pair("sort", out, values, indices)
-    return torch.return_types.sort((values, indices))
+    is torch's parameter: the order is the stable one either way). No out= yet
+    (upstream's out=(values, indices)): its op would need one, as max's has."""
+    return torch.return_types.sort(_sort(input, dim, descending, stable))
 
 
 @fake("argsort")

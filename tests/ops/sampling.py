@@ -24,8 +24,11 @@ def references():
 
 def num_tensors(variant):
     # chunks: logits, temperatures, peaks, firsts, masses; rows: logits, temperatures,
-    # top_ks, top_ps, min_ps, seeds, peaks, firsts, masses, output
-    return 5 if variant["switches"]["step"] == "chunks" else 10
+    # top_ks, top_ps, min_ps, seeds, peaks, firsts, masses, bounds, output
+    # bounded: logits, temperatures, bounds, peaks, kept; rows: also bounds, before output
+    # digits: logits, top_ks, peaks, leading, second; chunks and rows: also leading
+    # (and second) before bounds
+    return {"chunks": 6, "digits": 5, "bounded": 5, "rows": 13}[variant["switches"]["step"]]
 
 
 def distinct(rows, vocabulary, dtype, device="cuda"):
@@ -56,6 +59,53 @@ def chunk_reference(logits, temperature, size):
     return peaks, torch.where(has, first_nan, first).int(), mass
 
 
+def keys(x):
+    """kernels/sampling.py's order-preserving int64 keys of float32 values."""
+    bits = (x.float() + 0.0).view(torch.int32)
+    return (bits ^ ((bits >> 31) & 0x7FFFFFFF)).to(torch.int64) + (1 << 31)
+
+
+def kept_reference(logits, temperature, bounds, peaks, size):
+    """The bounded step's results in torch: per chunk, the sum of exp((x - its maximum)
+    / temperature) over its logits whose keys are at least the row's bound."""
+    x = logits.float()
+    padded = torch.nn.functional.pad(x, (0, -x.shape[1] % size), value=float("-inf"))
+    parts = padded.view(x.shape[0], -1, size)
+    inside = keys(parts) >= bounds.view(-1, 1, 1)
+    shift = torch.where(peaks == float("-inf"), 0.0, peaks).unsqueeze(-1)
+    return torch.where(inside, torch.exp((parts - shift) / temperature), 0.0).sum(-1)
+
+
+def chunked_keys(logits, size):
+    """The keys of `logits` as (rows, chunks, size), padded with -1 past the row."""
+    found = keys(logits)
+    padded = torch.nn.functional.pad(found, (0, -found.shape[1] % size), value=-1)
+    return padded.view(found.shape[0], -1, size)
+
+
+def histogram(values, inside):
+    """Counts of `values` (0-255) where `inside`, along the last dim: (..., 256)."""
+    one_hot = torch.nn.functional.one_hot(values.clamp(0, 255), 256) * inside.unsqueeze(-1)
+    return one_hot.sum(-2).int()
+
+
+def digits_reference(logits, ks, size):
+    """The chunk steps' histograms of top-k's radix select: each chunk's first bytes
+    of its keys, and its second bytes inside the first byte's bucket that holds each
+    row's k-th largest key."""
+    parts = chunked_keys(logits, size)
+    valid = parts >= 0
+    leading = histogram((parts >> 24) & 255, valid)
+    total = leading.sum(1)
+    above = total.flip(-1).cumsum(-1).flip(-1) - total
+    wanted = ks.view(-1, 1).to(above.dtype)
+    bins = torch.arange(256, device=logits.device)
+    chosen = torch.where((above < wanted) & (above + total >= wanted), bins, -1).amax(-1)
+    inside = valid & ((parts >> 24) == chosen.view(-1, 1, 1))
+    second = histogram((parts >> 16) & 255, inside)
+    return leading.flatten(1), second.flatten(1)
+
+
 def run(nt, variant, spec, dtype, bucket):
     """The chunks step: its results for 3 rows of 10000 logits (3 chunks; a NaN in one),
     against `chunk_reference`. The rows step: three calls with one answer each, every
@@ -77,32 +127,58 @@ def run(nt, variant, spec, dtype, bucket):
     # in half types, and a top-p or min-p draw may take any of tied maxima.
     values[torch.arange(rows), (torch.arange(rows) * 3331 + 1234) % vocabulary] = 1000.0
     logits = laid_out(0, (rows, vocabulary), dtype, values)
-    if variant["switches"]["step"] == "chunks":
-        module = importlib.import_module(f"{nt.__name__}._sampling")
+    step = variant["switches"]["step"]
+    module = importlib.import_module(f"{nt.__name__}._sampling")
+    size = importlib.import_module(f"{nt.__name__}._reductions").chunk_size("sampling")
+    counts = (rows, -(-vocabulary // size) * 256)
+    if step == "chunks":  # with the first bytes' histograms (64)
         logits[0, 5000] = float("nan")
         temperatures = laid_out(1, (rows,), torch.float32, torch.full((rows,), 0.7))
-        found = module.chunk_results(logits, temperatures, 1.0, 1)
-        size = importlib.import_module(f"{nt.__name__}._reductions").chunk_size("sampling")
-        return found, chunk_reference(logits, 0.7, size)
+        leading = torch.empty(counts, dtype=torch.int32, device=logits.device)
+        found = module.chunk_results(logits, temperatures, 1.0, 1 | 64, leading)
+        expected = chunk_reference(logits, 0.7, size)
+        return (*found, leading), (*expected, digits_reference(logits, torch.ones(rows), size)[0])
+    if step == "digits":  # each row's k: 1 to 3000
+        ks = torch.arange(rows, dtype=torch.int32) * 997 % 3000 + 1
+        top_ks = laid_out(1, (rows,), torch.int32, ks)
+        peaks = chunk_reference(logits, 1.0, size)[0]
+        leading, second = digits_reference(logits, ks.to(logits.device), size)
+        leading = leading.clone()
+        found = torch.empty(counts, dtype=torch.int32, device=logits.device)
+        module._launch(module._DIGITS, logits, top_ks, peaks, leading, found, 0, 2 | 64)
+        return found, second
+    if step == "bounded":  # bounds: each row's 100th largest key, 0 (none) for the last
+        temperatures = laid_out(1, (rows,), torch.float32, torch.full((rows,), 0.7))
+        wanted = keys(logits).sort(-1, descending=True).values[:, 99]
+        wanted[-1] = 0
+        bounds = laid_out(2, (rows,), torch.int64, wanted)
+        peaks = chunk_reference(logits, 0.7, size)[0]
+        found = module.chunk_kept(logits, temperatures, bounds, peaks, 1.0, 1)
+        return found, kept_reference(logits, 0.7, bounds, peaks, size)
     answers = []
-    for temperature, top_p, min_p in ((0.0, 1.0, 0.0), (1.0, 1e-9, 0.0), (0.7, 1.0, 1.0)):
+    calls = ((0.0, 0, 1.0, 0.0), (1.0, 0, 1e-9, 0.0), (0.7, 0, 1.0, 1.0), (1.0, 2, 1e-9, 0.0))
+    for temperature, top_k, top_p, min_p in calls:
         per_row = [
             laid_out(1, (rows,), torch.float32, torch.full((rows,), temperature)),
-            laid_out(2, (rows,), torch.int32, torch.zeros(rows, dtype=torch.int32)),
+            laid_out(2, (rows,), torch.int32, torch.full((rows,), top_k, dtype=torch.int32)),
             laid_out(3, (rows,), torch.float32, torch.full((rows,), top_p)),
             laid_out(4, (rows,), torch.float32, torch.full((rows,), min_p)),
         ]
         seeds = laid_out(5, (rows,), torch.int64, torch.arange(rows) * 7919 + 1)
         answers.append(nt.sampling(logits, seeds, *per_row))
     expected = logits.float().argmax(-1)
-    return torch.stack(answers), torch.stack([expected] * 3)
+    return torch.stack(answers), torch.stack([expected] * len(calls))
 
 
 def check(result, expected, variant, dtype):
-    if isinstance(result, tuple):  # the chunks step's peaks, firsts and masses
+    if variant["switches"]["step"] == "bounded":
+        torch.testing.assert_close(result, expected, rtol=1e-5, atol=0)
+        return
+    if isinstance(result, tuple):  # the chunks step's peaks, firsts, masses, histograms
         torch.testing.assert_close(result[0], expected[0], rtol=0, atol=0, equal_nan=True)
         torch.testing.assert_close(result[1], expected[1], rtol=0, atol=0)
         torch.testing.assert_close(result[2], expected[2], rtol=1e-5, atol=0)
+        torch.testing.assert_close(result[3], expected[3], rtol=0, atol=0)
         return
     torch.testing.assert_close(result, expected, rtol=0, atol=0)
 
@@ -173,9 +249,10 @@ def interpreted(make):
     for dtype, size in ((torch.float32, 64), (torch.bfloat16, 64), (torch.float32, 2)):
         nt = _runtime(make, size)
         logits = distinct(3, 200, dtype, device="cpu")
-        for t, p, q in ((0.0, 1.0, 0.0), (1.0, 1e-9, 0.0), (0.7, 1.0, 1.0)):
-            tokens = nt.sampling(logits, torch.arange(3), temperature=t, top_p=p, min_p=q)
-            assert torch.equal(tokens, logits.float().argmax(-1)), (dtype, size, t, p, q, tokens)
+        calls = ((0.0, 0, 1.0, 0.0), (1.0, 0, 1e-9, 0.0), (0.7, 0, 1.0, 1.0), (1.0, 2, 1e-9, 0))
+        for t, k, p, q in calls:
+            tokens = nt.sampling(logits, torch.arange(3), temperature=t, top_k=k, top_p=p, min_p=q)
+            assert torch.equal(tokens, logits.float().argmax(-1)), (dtype, size, t, k, p, q)
     nt = _runtime(make, 16)
     generator = torch.Generator().manual_seed(0)
     rows, vocabulary = 200, 24
@@ -187,9 +264,13 @@ def interpreted(make):
     chances = module.probabilities(logits[:1], temperature=t, top_k=k, top_p=p, min_p=q)[0]
     assert 1 < int((chances > 0).sum()) < k, chances  # every filter cuts
     assert chi_square_p(tokens, chances) > 1e-4, (tokens, chances)
-    plain = nt.sampling(logits, seeds, temperature=t)  # the draw found by the chunks' masses
-    chances = module.probabilities(logits[:1], temperature=t)[0]
-    assert chi_square_p(plain, chances) > 1e-4, (plain, chances)
+    # The draws found by the chunks' masses: of all of them, above top-k's and min-p's
+    # bounds (the bounded step's).
+    # (60 rows: top-k's first two bytes counted a chunk a program, below 64 rows)
+    for options in ({}, {"top_k": 5}, {"min_p": 0.1}):
+        drawn = nt.sampling(logits[:60], seeds[:60], temperature=t, **options)
+        chances = module.probabilities(logits[:1], temperature=t, **options)[0]
+        assert chi_square_p(drawn, chances) > 1e-4, (options, drawn, chances)
 
 
 def _runtime(make, size):
@@ -209,7 +290,8 @@ def _runtime(make, size):
         CONFIG=Config({"block_size": size}), SPACE=sampling.SPACE, premake=sampling.premake
     )
     configured.registry = {"sampling": types.SimpleNamespace(module=module)}
-    groups = {"sampling": {step: {"step": step} for step in ("chunks", "rows")}}
+    steps = ("chunks", "digits", "bounded", "rows")
+    groups = {"sampling": {step: {"step": step} for step in steps}}
     return load(configured, "_sampling", groups)
 
 
