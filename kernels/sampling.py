@@ -45,9 +45,7 @@ SPACE = VariantSpace(
     ndims=(2,),
     switches={"step": ("chunks", "digits", "bounded", "rows")},
     coalesce="none",
-    # (Not `leading` and `second`: written only under flag 64; without it the runtime
-    # passes stride-0 stand-ins, which the launcher refuses as outputs.)
-    outputs=("output", "peaks", "firsts", "masses", "kept", "bounds"),
+    outputs=("output", "peaks", "firsts", "masses", "kept", "bounds", "leading", "second"),
     # The per-row parameters may be one value broadcast (stride 0) or unused views; the
     # chunks' results are a few values a row.
     unspecialized=(
@@ -273,48 +271,36 @@ def kth_key(logits, block, vocabulary, prefix, wanted, shift, exact):
     return prefix << (shift + 8)
 
 
-def mass_above(logits, block, vocabulary, bound, top, inverse, masses, sparse):
-    """The sum of exp((x - top) * inverse) over the row's logits with keys >= bound;
-    `sparse`: past the tiles whose mass above the row's first bound (`masses`, the
-    bounded step's) is 0, where a higher bound keeps nothing either (top-k's few)."""
+def mass_above(logits, block, vocabulary, bound, top, inverse):
+    """The sum of exp((x - top) * inverse) over the row's logits with keys >= bound."""
     total = ntl.cast(0.0, ntl.float32)
     for i in range(logits.shape[0]):
-        group = i // 64  # RESULTS (a tile's index in a statement of its own)
-        weights = masses[group]
-        chunk = ntl.sum(ntl.where(ntl.arange(0, 64) == i % 64, weights, 0.0), 0)
-        if ~sparse | (chunk > 0):
-            x = ntl.cast(logits[i], ntl.float32)
-            kept = (key(x) >= bound) & (
-                ntl.cast(i * block, ntl.int32) + ntl.arange(0, block) < vocabulary
-            )
-            total += ntl.sum(ntl.where(kept, ntl.exp((x - top) * inverse), 0.0), 0)
+        x = ntl.cast(logits[i], ntl.float32)
+        kept = (key(x) >= bound) & (
+            ntl.cast(i * block, ntl.int32) + ntl.arange(0, block) < vocabulary
+        )
+        total += ntl.sum(ntl.where(kept, ntl.exp((x - top) * inverse), 0.0), 0)
     return total
 
 
-def draw(logits, block, vocabulary, bound, top, inverse, target, masses, sparse):
+def draw(logits, block, vocabulary, bound, top, inverse, target):
     """The first token (in index order) at which the running mass of the tokens with
     keys >= bound passes `target`, and its key; the last such token where rounding
-    leaves the target unreached. `sparse`: as `mass_above`."""
+    leaves the target unreached."""
     running = ntl.cast(0.0, ntl.float32)
     token = ntl.cast(-1, ntl.int32)
     last = ntl.cast(-1, ntl.int32)
     i = 0
     while i < logits.shape[0] and token < 0:
-        group = i // 64  # RESULTS
-        weights = masses[group]
-        chunk = ntl.sum(ntl.where(ntl.arange(0, 64) == i % 64, weights, 0.0), 0)
-        if ~sparse | (chunk > 0):
-            x = ntl.cast(logits[i], ntl.float32)
-            index = ntl.cast(i * block, ntl.int32) + ntl.arange(0, block)
-            p = ntl.where(
-                (key(x) >= bound) & (index < vocabulary), ntl.exp((x - top) * inverse), 0.0
-            )
-            last = ntl.maximum(last, ntl.max(ntl.where(p > 0, index, -1), 0))
-            tile = ntl.sum(p, 0)
-            if running + tile > target:
-                passed = (ntl.cumsum(p, 0) + running > target) & (p > 0)
-                token = ntl.min(ntl.where(passed, index, 2147483647), 0)
-            running += tile
+        x = ntl.cast(logits[i], ntl.float32)
+        index = ntl.cast(i * block, ntl.int32) + ntl.arange(0, block)
+        p = ntl.where((key(x) >= bound) & (index < vocabulary), ntl.exp((x - top) * inverse), 0.0)
+        last = ntl.maximum(last, ntl.max(ntl.where(p > 0, index, -1), 0))
+        tile = ntl.sum(p, 0)
+        if running + tile > target:
+            passed = (ntl.cumsum(p, 0) + running > target) & (p > 0)
+            token = ntl.min(ntl.where(passed, index, 2147483647), 0)
+        running += tile
         i += 1
     return ntl.where(token < 0, last, token)
 
@@ -434,9 +420,8 @@ def application(
         # the mass above the bound: the chunks' (found by the bounded step), or a pass
         left = total
         located = (bound == 0) | ((rows & 32) != 0)
-        sparse = (rows & 32) != 0
         if not located:
-            left = mass_above(logits, block, vocabulary, bound, top, inverse, masses, sparse)
+            left = mass_above(logits, block, vocabulary, bound, top, inverse)
         # 3. and 4. draws until one is inside top-p (the first, without top-p)
         kept = left
         accepted = False
@@ -451,15 +436,13 @@ def application(
                     logits, block, vocabulary, bound, peaks, masses, top, inverse, target
                 )
             else:
-                token = draw(logits, block, vocabulary, bound, top, inverse, target, masses, sparse)
+                token = draw(logits, block, vocabulary, bound, top, inverse, target)
             accepted = True
             if top_p < 1.0:
                 # (ninetoothed inlines a helper only as a statement's whole value)
                 drawn = value_at(logits, block, token)
                 drawn = key(drawn)
-                left = mass_above(
-                    logits, block, vocabulary, drawn + 1, top, inverse, masses, sparse
-                )
+                left = mass_above(logits, block, vocabulary, drawn + 1, top, inverse)
                 accepted = left < share
                 bound = drawn + 1
             round += 1
