@@ -98,7 +98,7 @@ def digits_reference(logits, ks, size):
     leading = histogram((parts >> 24) & 255, valid)
     total = leading.sum(1)
     above = total.flip(-1).cumsum(-1).flip(-1) - total
-    wanted = ks.view(-1, 1).to(above.dtype)
+    wanted = ks.view(-1, 1).to(device=above.device, dtype=above.dtype)
     bins = torch.arange(256, device=logits.device)
     chosen = torch.where((above < wanted) & (above + total >= wanted), bins, -1).amax(-1)
     inside = valid & ((parts >> 24) == chosen.view(-1, 1, 1))
