@@ -45,7 +45,9 @@ SPACE = VariantSpace(
     ndims=(2,),
     switches={"step": ("chunks", "digits", "bounded", "rows")},
     coalesce="none",
-    outputs=("output", "peaks", "firsts", "masses", "kept", "bounds", "leading", "second"),
+    # (Not `leading` and `second`: written only under flag 64; without it the runtime
+    # passes stride-0 stand-ins, which the launcher refuses as outputs.)
+    outputs=("output", "peaks", "firsts", "masses", "kept", "bounds"),
     # The per-row parameters may be one value broadcast (stride 0) or unused views; the
     # chunks' results are a few values a row.
     unspecialized=(
