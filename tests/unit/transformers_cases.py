@@ -25,7 +25,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import ntops_prebuilt.integrations.transformers as ntt
 import ntops_prebuilt.torch as nt
-from ntops_prebuilt import _rotary, _silu_mul
+from ntops_prebuilt import _library, _rotary, _silu_mul
 from ntops_prebuilt.integrations.transformers import _served
 from tests.hf_models import CONFIGS, prompts, tiny
 
@@ -270,6 +270,81 @@ def test_what_the_wheel_cannot_serve_is_named(monkeypatch, served_by_references)
         f"ntops_prebuilt: nn.Linear {own}float64 tensors (its mm kernels are bfloat16, "
         "float16, float32)",
     ]
+
+
+@pytest.fixture
+def ops_on_the_cpu(monkeypatch):
+    """The served path on the CPU through the wheel's torch.library ops, as the GPU runs
+    it: the integration's calls go to each function's route (what a call under Dynamo
+    takes, and eagerly here), and its op runs the function's reference as its CPU kernel.
+    Returns the ntops_prebuilt ops the compiled graphs hold (a recording backend)."""
+    library = torch.library.Library("ntops_prebuilt", "IMPL")
+    for name, reference in REFERENCES.items():
+        if name == "flash_attn_with_kvcache":  # its op is paged_attention's; see below
+            continue
+        packet = getattr(torch.ops.ntops_prebuilt, name)
+        for overload in packet.overloads():
+            schema = getattr(packet, overload)._schema
+            label = name if overload == "default" else f"{name}.{overload}"
+            if not overload.endswith("out"):
+                library.impl(label, _by_name(reference, schema), "CPU")
+        monkeypatch.setattr(nt, name, _library.traced(name))
+    monkeypatch.setattr(_served, "DEVICE", "cpu")
+    graphs = collections.Counter()
+
+    def recording(graph, example_inputs):
+        targets = (str(node.target) for node in graph.graph.nodes)
+        graphs.update(t.split(".")[1] for t in targets if t.startswith("ntops_prebuilt."))
+        return graph.forward
+
+    yield recording, graphs
+    library._destroy()
+
+
+def _by_name(reference, schema):
+    """`reference` called with an op's arguments by name (torch's functions take some by
+    name only); causal_variant, which F.scaled_dot_product_attention lacks, only unset."""
+    names = [argument.name for argument in schema.arguments]
+
+    def kernel(*args, **kwargs):
+        named = {**dict(zip(names, args, strict=False)), **kwargs}
+        assert named.pop("causal_variant", None) is None, named
+        return reference(**named)
+
+    return kernel
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_compiled_static_cache_decoding_gives_stock_tokens(family, ops_on_the_cpu):
+    """The GPU's test_static_cache_under_torch_compile_matches_stock on the CPU:
+    transformers' own compile of the decode step (fullgraph), whose first call is
+    a model forward that mutates the dict of kwargs it was given (a graph break in
+    the wheel's routes before they bound arguments without inspect)."""
+    recording, graphs = ops_on_the_cpu
+    ids, mask = prompts(padding=0)
+    options = {"attention_mask": mask, "max_new_tokens": 4, "do_sample": False}
+    with torch.no_grad():
+        want = tiny(family).generate(ids, **options)
+    model = tiny(family)
+    ntt.apply(model)
+    config = transformers.CompileConfig(fullgraph=True, backend=recording, mode=None)
+    config._compile_all_devices = True  # transformers compiles on CUDA devices only, else
+    torch._dynamo.reset()
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = model.generate(ids, **options, cache_implementation="static", compile_config=config)
+    assert torch.equal(got, want)
+    served = {"rms_norm", "rotary_position_embedding", "mm"}
+    served |= {"gelu", "mul"} if family.startswith("gemma") else {"silu_mul"}
+    if family == "gemma2":  # its softcapped attention is built for half types
+        assert fallbacks(caught) == [
+            "ntops_prebuilt: Gemma2Attention's attention runs transformers' own code: "
+            "float32 tensors (its paged_attention kernels are bfloat16, float16)"
+        ]
+    else:
+        served.add("scaled_dot_product_attention")
+        assert fallbacks(caught) == []
+    assert served <= set(graphs), graphs
 
 
 # Under torch.compile: the meta device stands for CUDA (the wheel's ops have fakes, and
