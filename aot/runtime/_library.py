@@ -25,7 +25,6 @@ compiler (torch._dynamo, inductor): only torch.library.
 import enum
 import functools
 import importlib
-import inspect
 
 import torch
 
@@ -208,21 +207,10 @@ def _route(api):
     params = _op_params(api)
     kinds = [p["name"] for p in params if p["type"].startswith("Tensor|Number")]
     optional = all(p["type"].endswith("?") for p in params if p["name"] in kinds)
-    signature = inspect.Signature(
-        [
-            inspect.Parameter(
-                p["name"],
-                inspect.Parameter.KEYWORD_ONLY if p["keyword"] else _POSITIONAL,
-                default=p.get("default", inspect.Parameter.empty),
-            )
-            for p in api["params"]
-        ]
-    )
+    bind = _binder(name, api["params"])
 
     def route(*args, **kwargs):
-        bound = signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        values = {key: _plain(value) for key, value in bound.arguments.items()}
+        values = {key: _plain(value) for key, value in bind(args, kwargs).items()}
         _copy_written(name, api["written"], values)
         written = values[writes] if writes else None
         positional = [values[p["name"]] for p in params if not p["keyword"]]
@@ -249,6 +237,44 @@ def _route(api):
     return route
 
 
+_MISSING = object()
+
+
+def _binder(name, params):
+    """`bind(args, kwargs)`: a call's arguments by parameter name, defaults filled in,
+    as inspect.Signature.bind gives them, with its TypeErrors. Not a Signature: Dynamo
+    traces this, and reading a Signature's parameters (a mappingproxy) breaks the graph
+    once the traced program has mutated a dict it was given, as transformers' models do
+    (`can_return_tuple` pops the compiled frame's kwargs): Dynamo cannot tell whether
+    the proxy is of that dict (issue 33's first GPU run: a static cache's compiled decode
+    broke at its first rms_norm for every family on transformers 4.56.2, and for Gemma 2
+    and 3 on 5.24.0)."""
+    order = tuple((p["name"], p["keyword"], p.get("default", _MISSING)) for p in params)
+    positional = tuple(label for label, keyword, _ in order if not keyword)
+
+    def bind(args, kwargs):
+        if len(args) > len(positional):
+            raise TypeError(
+                f"{name}() takes {len(positional)} positional arguments but {len(args)} were given"
+            )
+        values = dict(zip(positional, args, strict=False))
+        for label, value in kwargs.items():
+            if label in values:
+                raise TypeError(f"{name}() got multiple values for argument {label!r}")
+            values[label] = value
+        bound = {}
+        for label, _, default in order:
+            value = values.pop(label, default)
+            if value is _MISSING:
+                raise TypeError(f"{name}() missing a required argument: {label!r}")
+            bound[label] = value
+        if values:
+            raise TypeError(f"{name}() got an unexpected keyword argument {next(iter(values))!r}")
+        return bound
+
+    return bind
+
+
 def _plain(value):
     """An enum member (torch's CausalVariant, say) as the number a schema takes."""
     return value.value if isinstance(value, enum.Enum) else value
@@ -263,6 +289,3 @@ def _copy_written(name, written, values):
             raise ValueError(f"{name}: give {source} and {target} together")
         if values[target] is not None:
             values[target].copy_(values[source])
-
-
-_POSITIONAL = inspect.Parameter.POSITIONAL_OR_KEYWORD

@@ -81,8 +81,52 @@ def last_logits(built, ids):
         return built(ids, logits_to_keep=1).logits.float()
 
 
-def worker(way, layers, batches, tokens, repeats):
-    """One way's figures, as one JSON line on stdout."""
+# The runtime calls that launch kernels (a CUDA graph's replay counts one).
+LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
+
+
+def decode_profile(generate, tokens, path):
+    """Where a generated token's time goes: torch.profiler over generate(tokens) less
+    generate(1), per token, written to `path`: each GPU kernel's microseconds and calls,
+    the kernel launches and CUDA graph replays; returns (GPU busy ms, launches)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    def totals(count):
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as run:
+            generate(count)
+            torch.cuda.synchronize()
+        # Kernels (and copies) are the events on the device; a CPU op's device time is
+        # theirs again.
+        device = torch.autograd.DeviceType.CUDA
+        return {
+            e.key: (e.count, e.self_device_time_total if e.device_type == device else 0.0)
+            for e in run.key_averages()
+        }
+
+    short, long = totals(1), totals(tokens)
+    per = {}
+    for key, (count, micros) in long.items():
+        less = short.get(key, (0, 0.0))
+        per[key] = ((count - less[0]) / (tokens - 1), (micros - less[1]) / (tokens - 1))
+    kernels = sorted(((v[1], v[0], k) for k, v in per.items() if v[1] > 0), reverse=True)
+    busy = sum(micros for micros, _, _ in kernels)
+    launches = sum(per.get(name, (0, 0))[0] for name in LAUNCHES)
+    graphs = per.get("cudaGraphLaunch", (0, 0))[0]
+    lines = [
+        f"per generated token: GPU busy {busy / 1e3:.3f} ms, {launches:.1f} kernel launches, "
+        f"{graphs:.1f} CUDA graph replays",
+        "us/token  calls/token  kernel",
+    ]
+    lines += [f"{micros:9.1f}  {calls:11.1f}  {name[:110]}" for micros, calls, name in kernels]
+    with open(path, "w") as file:
+        file.write("\n".join(lines) + "\n")
+    return busy / 1e3, launches
+
+
+def worker(way, layers, batches, tokens, repeats, profiles=None):
+    """One way's figures, as one JSON line on stdout; with `profiles` (a folder), each
+    batch's decode profile there too (`decode_profile`)."""
     import torch
 
     built = model(layers)
@@ -117,6 +161,10 @@ def worker(way, layers, batches, tokens, repeats):
             "tpot_ms": (whole - first) / (tokens - 1) * 1e3,
             "logits_error": error,
         }
+        if profiles:
+            path = f"{profiles}/profile-{way.replace(' ', '-')}-b{batch}.txt"
+            busy, launches = decode_profile(generate, tokens, path)
+            figures[batch].update(gpu_busy_ms=busy, launches=launches)
     print(json.dumps(figures))
 
 
@@ -124,6 +172,8 @@ def run_way(way, arguments):
     command = [sys.executable, __file__, "--worker", way, "--layers", str(arguments.layers)]
     command += ["--batches", arguments.batches, "--tokens", str(arguments.tokens)]
     command += ["--repeats", str(arguments.repeats)]
+    if arguments.profile:
+        command += ["--profile", arguments.profile]
     try:
         run = subprocess.run(command, capture_output=True, text=True, timeout=arguments.timeout)
     except subprocess.TimeoutExpired:
@@ -152,7 +202,10 @@ def table(report):
     for way in WAYS:
         for batch, row in sorted(ways.get(way, {}).items()):
             if batch != "error":
-                lines.append(f"{way:<16}{batch:>6}{row['ttft_ms']:>10.2f}{row['tpot_ms']:>10.3f}")
+                line = f"{way:<16}{batch:>6}{row['ttft_ms']:>10.2f}{row['tpot_ms']:>10.3f}"
+                if "gpu_busy_ms" in row:  # profiled: how much of TPOT the GPU was busy
+                    line += f"  GPU busy {row['gpu_busy_ms']:.3f}, {row['launches']:.0f} launches"
+                lines.append(line)
         if "error" in ways.get(way, {}):
             lines.append(f"{way}: failed: {ways[way]['error'].splitlines()[-1:]}")
     for kind, goal in (("eager", 0.6), ("compiled", 1.0)):
@@ -213,6 +266,9 @@ def parse():
     parser.add_argument("--json", help="write the figures here (after each way)")
     parser.add_argument("--png", help="draw them here (needs matplotlib)")
     parser.add_argument("--from-json", help="draw --png from this JSON instead of measuring")
+    parser.add_argument(
+        "--profile", help="a folder: each way's and batch's decode profile (kernels, launches)"
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     return parser.parse_args()
 
@@ -221,7 +277,10 @@ def main():
     arguments = parse()
     if arguments.worker:
         batches = [int(b) for b in arguments.batches.split(",")]
-        worker(arguments.worker, arguments.layers, batches, arguments.tokens, arguments.repeats)
+        worker(
+            arguments.worker, arguments.layers, batches, arguments.tokens, arguments.repeats,
+            arguments.profile,
+        )  # fmt: skip
         return
     if arguments.from_json:
         with open(arguments.from_json) as file:

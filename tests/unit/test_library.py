@@ -191,6 +191,33 @@ def test_kv_cache_writes_are_copies_a_graph_can_order(installed, fake):
     assert cache._version == version + 2
 
 
+def test_traced_calls_follow_a_mutation_of_a_dict_the_frame_was_given(installed):
+    """transformers' models pop the compiled frame's `kwargs` (`can_return_tuple`)
+    before their first layer; from then on Dynamo breaks the graph at any read of a
+    mapping proxy (inspect.Signature's parameters were one), so the routes read none.
+    On the meta device, whose tensors the ops' fakes serve as they serve fake CUDA ones."""
+    x = torch.randn(4, 8, dtype=H).to("meta")
+
+    def forward(x, **kwargs):
+        kwargs.pop("return_dict")
+        y = installed.mm(x, x.t())
+        return installed.add(y, y, alpha=kwargs.pop("alpha")), y
+
+    torch._dynamo.reset()
+    out, y = torch.compile(forward, backend="eager", fullgraph=True)(x, return_dict=True, alpha=2)
+    assert (out.shape, y.shape, out.device.type) == ((4, 4), (4, 4), "meta")
+    route = installed._library.traced("mm")  # binding as Python does, with its errors
+    for args, kwargs, why in (
+        ((x,), {}, "mm\\(\\) missing a required argument: 'mat2'"),
+        ((x, x, x), {}, "takes 2 positional arguments but 3 were given"),
+        ((x,), {"input": x, "mat2": x}, "multiple values for argument 'input'"),
+        ((x, x.t()), {"bias": x}, "unexpected keyword argument 'bias'"),
+    ):
+        with pytest.raises(TypeError, match=why):
+            route(*args, **kwargs)
+    assert route(x, mat2=x.t()).shape == (4, 4)
+
+
 def test_importing_the_wheel_imports_no_compiler(installed):
     code = (
         f"import sys; sys.path.insert(0, {str(installed.__path__[0].rsplit('/', 1)[0])!r})\n"

@@ -1,8 +1,9 @@
 """ntops_prebuilt.integrations.transformers on the CPU, with the README's wheel (`dist/`,
 built by `ntops-aot build --arch sm_80 --ops all` before `make test`): the session's
 small wheel has none of the ops the integration uses, and one process imports one
-ntops_prebuilt, so tests/unit/transformers_cases.py runs in a pytest of its own, with
-the full wheel installed into a folder on its path."""
+ntops_prebuilt, so tests/unit/transformers_*cases.py run in a pytest of their own, with
+the full wheel installed into a folder on its path and their shared fixtures
+(transformers_fixtures.py) as a plugin."""
 
 import os
 import pathlib
@@ -14,7 +15,7 @@ import pytest
 from tests.wheels import install
 
 ROOT = pathlib.Path(__file__).parents[2]
-CASES = pathlib.Path(__file__).parent / "transformers_cases.py"
+CASES = sorted(pathlib.Path(__file__).parent.glob("transformers_*cases.py"))
 
 
 def built_wheel():
@@ -37,7 +38,10 @@ def test_the_transformers_integration_on_the_cpu(tmp_path):
     site = install(built_wheel(), tmp_path / "site")
     path = os.pathsep.join(filter(None, (str(site), str(ROOT), os.environ.get("PYTHONPATH"))))
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(CASES)],
+        [
+            *(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"),
+            *("-p", "tests.unit.transformers_fixtures", *map(str, CASES)),
+        ],
         capture_output=True,
         text=True,
         cwd=ROOT,

@@ -7,10 +7,10 @@ pytest of its own with a full wheel on the path, for the transformers installed:
   warning per part and reason, and give transformers' results bit for bit;
 - the calls it serves, mapped onto the wheel's functions as transformers computes them:
   the wheel's functions replaced by their torch references and the served device made
-  the CPU, logits and greedy tokens as transformers' own;
-- under torch.compile, the served path traces into the wheel's torch.library ops with no
-  graph break, prefill and a static cache's decode step (the meta device, where the
-  ops' fakes run), and fallbacks warn while Dynamo traces without breaking the graph.
+  the CPU, logits and greedy tokens as transformers' own.
+
+The fused projections are transformers_fused_cases.py's, torch.compile's
+transformers_compiled_cases.py's: the same process runs all three.
 """
 
 import collections
@@ -21,31 +21,11 @@ import warnings
 import pytest
 import torch
 import transformers
-from torch._subclasses.fake_tensor import FakeTensorMode
 
 import ntops_prebuilt.integrations.transformers as ntt
-import ntops_prebuilt.torch as nt
-from ntops_prebuilt import _rotary, _silu_mul
 from ntops_prebuilt.integrations.transformers import _served
 from tests.hf_models import CONFIGS, prompts, tiny
-
-F = torch.nn.functional
-FAMILIES = sorted(CONFIGS)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_warnings(monkeypatch):
-    """Each case sees its own warnings (the integration warns once per process)."""
-    monkeypatch.setattr(_served, "_WARNED", set())
-
-
-def fallbacks(caught):
-    return sorted({str(w.message) for w in caught if issubclass(w.category, ntt.FallbackWarning)})
-
-
-def logits(model, ids, mask):
-    with torch.no_grad():
-        return model(ids, attention_mask=mask).logits
+from tests.unit.transformers_fixtures import FAMILIES, fallbacks, logits
 
 
 def test_every_family_has_a_model():
@@ -71,6 +51,8 @@ def test_apply_replaces_the_familys_modules_and_remove_restores_them(family):
         }.get(type(module).__name__)
         if kind is not None:
             expected[kind].append(name)
+        if type(module).__name__ in (f"{prefix}MLP", f"{prefix}Attention"):
+            expected["projections"].append(name)
     before = model.config._attn_implementation
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -83,9 +65,15 @@ def test_apply_replaces_the_familys_modules_and_remove_restores_them(family):
     assert all(
         "forward" in model.get_submodule(n).__dict__ for names in expected.values() for n in names
     )
+    layer = model.model.layers[0]
+    fused = (layer.self_attn.q_proj, layer.self_attn.v_proj, layer.mlp.gate_proj, layer.mlp.up_proj)
+    storages = [linear.weight.untyped_storage().data_ptr() for linear in fused]
+    assert storages[0] == storages[1] != storages[2] == storages[3]  # rows of one weight each
     patched.remove()
     assert model.config._attn_implementation == before
     assert not any("forward" in module.__dict__ for module in model.modules())
+    storages = {linear.weight.untyped_storage().data_ptr() for linear in fused}
+    assert len(storages) == 4  # their own again
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -127,56 +115,6 @@ def test_gradients_run_transformers_own_code():
         model(ids, attention_mask=mask).logits.sum().backward()  # the CPU's reason comes first
     assert model.lm_head.weight.grad is not None
     assert fallbacks(caught)
-
-
-# The wheel's functions as their references compute them, on CPU tensors: what the
-# served path hands the wheel, checked against transformers' own computation.
-def _softcapped(q, k_cache, v_cache, softmax_scale=None, causal=False, softcap=0.0):
-    """flash_attn_with_kvcache over a dense cache, as FlashAttention defines it."""
-    group = q.shape[2] // k_cache.shape[2]
-    keys, values = (t.repeat_interleave(group, dim=2).float() for t in (k_cache, v_cache))
-    scores = torch.einsum("bqhd,bkhd->bhqk", q.float(), keys) * softmax_scale
-    scores = softcap * torch.tanh(scores / softcap) if softcap else scores
-    if causal:  # bottom-right: query i sees keys up to i + seq_k - seq_q
-        seq_q, seq_k = q.shape[1], k_cache.shape[1]
-        seen = torch.ones(seq_q, seq_k, dtype=torch.bool).tril(seq_k - seq_q)
-        scores = scores.masked_fill(~seen, float("-inf"))
-    return torch.einsum("bhqk,bkhd->bqhd", scores.softmax(-1), values).to(q.dtype)
-
-
-REFERENCES = {
-    "rms_norm": F.rms_norm,
-    "mm": torch.mm,
-    "addmm": torch.addmm,
-    "silu_mul": _silu_mul.reference,
-    "gelu": F.gelu,
-    "mul": torch.mul,
-    "rotary_position_embedding": _rotary.reference,
-    "scaled_dot_product_attention": F.scaled_dot_product_attention,
-    "flash_attn_with_kvcache": _softcapped,
-}
-
-
-@pytest.fixture
-def served_by_references(monkeypatch):
-    """The served path on the CPU: each of the wheel's functions the integration calls,
-    counted, computed by its reference."""
-    calls = collections.Counter()
-    for name, reference in REFERENCES.items():
-
-        def counted(*args, _name=name, _reference=reference, **kwargs):
-            calls[_name] += 1
-            return _reference(*args, **kwargs)
-
-        monkeypatch.setattr(nt, name, counted)
-    monkeypatch.setattr(_served, "DEVICE", "cpu")
-    # The softcapped attention is built for half types only; its mapping is checked in
-    # float32 as the rest.
-    wheel = _served.Served.of_wheel(None)
-    dtypes = {**wheel.dtypes, "paged_attention": (*wheel.dtypes["paged_attention"], torch.float32)}
-    widened = type(wheel)(dtypes, wheel.head_dims, None)
-    monkeypatch.setattr(_served.Served, "of_wheel", classmethod(lambda cls, capability: widened))
-    return calls
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -270,101 +208,3 @@ def test_what_the_wheel_cannot_serve_is_named(monkeypatch, served_by_references)
         f"ntops_prebuilt: nn.Linear {own}float64 tensors (its mm kernels are bfloat16, "
         "float16, float32)",
     ]
-
-
-# Under torch.compile: the meta device stands for CUDA (the wheel's ops have fakes, and
-# the compiled graph runs them on meta tensors), the whole model traced by Dynamo.
-@pytest.fixture
-def on_meta(monkeypatch):
-    monkeypatch.setattr(_served, "DEVICE", "meta")
-    with torch.device("meta"):
-        probe = tiny("llama", dtype=torch.bfloat16, device="meta")
-    try:
-        probe(torch.zeros(1, 2, dtype=torch.long, device="meta"))
-    except RuntimeError as error:  # 4.56's rotary embedding enters autocast on "meta"
-        pytest.skip(f"transformers {transformers.__version__} runs no model on meta: {error}")
-
-
-def _static_cache(model, length):
-    config = model.config
-    try:
-        return transformers.StaticCache(config=config, max_cache_len=length)
-    except TypeError:  # 4.56's
-        return transformers.StaticCache(
-            config=config, max_batch_size=1, max_cache_len=length, device="meta", dtype=model.dtype
-        )
-
-
-def _traced(model, **inputs):
-    """(ntops_prebuilt ops in the graphs, graph breaks) of Dynamo tracing model(**inputs)."""
-    torch._dynamo.reset()
-    with torch.no_grad():
-        explained = torch._dynamo.explain(model)(**inputs)
-    ops = {
-        str(node.target).split(".")[1]
-        for graph in explained.graphs
-        for node in graph.graph.nodes
-        if str(node.target).startswith("ntops_prebuilt.")
-    }
-    return ops, explained.graph_break_count
-
-
-@pytest.mark.parametrize("family", FAMILIES)
-def test_compiled_served_path_has_no_graph_break(family, on_meta):
-    model = tiny(family, dtype=torch.bfloat16, device="meta")
-    ntt.apply(model)
-    ops = {"rms_norm", "rotary_position_embedding", "scaled_dot_product_attention"}
-    ops |= {"gelu", "mul"} if family.startswith("gemma") else {"silu_mul"}
-    if family == "gemma2":
-        # Dynamo makes masks of what eager leaves causal (transformers skips none while
-        # compiling, on torch before 2.14): softcapped attention under a mask falls back.
-        ops -= {"scaled_dot_product_attention"}
-    ids = torch.zeros(1, 7, dtype=torch.long, device="meta")
-    static = {
-        "past_key_values": _static_cache(model, 16),
-        "cache_position": torch.tensor([7], device="meta"),
-        "use_cache": True,
-    }
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        for inputs in ({"input_ids": ids, "use_cache": False}, {"input_ids": ids[:, :1], **static}):
-            found, breaks = _traced(model, **inputs)
-            assert breaks == 0
-            assert ops <= found, found
-            assert family != "gemma2" or "paged_attention" not in found, found
-    if family == "gemma2":  # once, while the prefill was traced
-        assert len(fallbacks(caught)) == 1
-        assert "softcapping" in fallbacks(caught)[0]
-    else:
-        assert fallbacks(caught) == []
-
-
-def test_compiled_fallbacks_warn_without_graph_breaks():
-    model = tiny("llama")
-    ids, mask = prompts()
-    torch._dynamo.reset()
-    with torch.no_grad():
-        stock = torch._dynamo.explain(model)(input_ids=ids, attention_mask=mask).graph_break_count
-    ntt.apply(model)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        torch._dynamo.reset()
-        with torch.no_grad():
-            explained = torch._dynamo.explain(model)(input_ids=ids, attention_mask=mask)
-    assert explained.graph_break_count == stock, explained.break_reasons
-    assert len(fallbacks(caught)) == 5
-
-
-def test_fake_tensors_take_the_served_path(on_meta):
-    """FakeTensorMode (what torch.export and compile's fake propagation pass), eagerly:
-    the wheel's functions route fakes to their ops, whose fakes check the shapes."""
-    model = tiny("qwen3", dtype=torch.float16, device="meta")
-    ntt.apply(model)
-    fake = FakeTensorMode(allow_non_fake_inputs=True)
-    with fake, torch.no_grad(), warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        ids = torch.zeros(2, 5, dtype=torch.long, device="meta")
-        out = model(ids).logits
-    assert out.shape == (2, 5, 128)
-    assert out.dtype == torch.float16
-    assert fallbacks(caught) == []

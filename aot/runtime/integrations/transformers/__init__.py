@@ -12,7 +12,11 @@ transformers 4.56 to 5.x (tested: 4.56.2 and 5.24.0). Like Liger-Kernel's
 `apply_liger_kernel_to_llama(model=...)`, `apply` replaces forwards of the model's own
 modules (nothing of another model changes); attention goes through transformers'
 AttentionInterface as attn_implementation "ntops", which `register()` alone also makes
-available (`from_pretrained(..., attn_implementation="ntops")`: attention only).
+available (`from_pretrained(..., attn_implementation="ntops")`: attention only). Where
+the attention, rotation and products are all the wheel's, the attention modules' forward
+is `_self_attention`'s, over q/k/v projections fused into one product, and the MLPs'
+gate and up projections are one product too (`_fused`: the parameters become rows of one
+storage; `remove()` gives them their own again).
 
 What the wheel cannot serve runs transformers' own code, with one warning
 (`FallbackWarning`) per part and reason: an op the wheel was not built with, a dtype or
@@ -33,12 +37,13 @@ from packaging.version import Version
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from . import _attention, _layers
+from . import _attention, _layers, _self_attention
+from ._attention import NAME
+from ._fused import Fused
 from ._served import FallbackWarning, Served, fall_back
 
 __all__ = ["FAMILIES", "NAME", "FallbackWarning", "Patched", "apply", "register"]
 
-NAME = "ntops"
 OLDEST = Version("4.56")  # AttentionMaskInterface with sdpa's masks, set_attn_implementation
 # config.model_type -> (the prefix of its module classes, 1 where RMSNorm scales by 1 + weight).
 FAMILIES = {
@@ -56,6 +61,7 @@ OPS = {
     "mlp": (),  # its activation's (_layers.ACTIVATIONS)
     "linear": ("mm", "addmm"),
     "rotary": ("rotary_position_embedding",),
+    "self_attention": ("rotary_position_embedding",),  # and a product (`_fits`)
 }
 
 
@@ -92,30 +98,79 @@ def apply(model, *, attention=True, norms=True, rotary=True, mlp=True, linear=Tr
     family = _family(model)
     if family is None:
         return patched
-    prefix, offset = family
     served = Served.of_wheel(_capability(_device(model)))
     if attention:
         _use_attention(model, patched, device=_device(model))
     wanted = {"norm": norms, "mlp": mlp, "linear": linear, "rotary": rotary}
+    # The attention modules' own forward, over fused projections, where the attention,
+    # the rotation and the products are all the wheel's.
+    wanted["self_attention"] = "attention" in patched.modules and rotary and linear
     for name, module in model.named_modules():
-        kind = _kind(module, prefix)
+        kind = _kind(module, family[0])
         if kind is None or not wanted[kind] or _replaced(module):
             continue
         if not _has_ops(served, kind, module):
             continue
-        original = module.forward
-        if kind == "norm":
-            forward = _layers.rms_norm(module, original, served, offset)
-        elif kind == "mlp":
-            forward = _layers.gated_mlp(module, original, served)
-        elif kind == "linear":
-            forward = _layers.linear(module, original, served)
-        else:
-            _install_rotary(sys.modules[type(module).__module__], served)
-            forward = _layers.half_tables(original)
+        forward = _forward(kind, module, served, family[1], patched, fuse=linear)
+        if forward is None:
+            continue
         _replace(module, forward, patched)
-        patched.modules.setdefault(kind, []).append(name)
+        if kind != "self_attention":
+            patched.modules.setdefault(kind, []).append(name)
+        if getattr(forward, "fused", None) is not None:
+            patched.modules.setdefault("projections", []).append(name)
     return patched
+
+
+def _forward(kind, module, served, offset, patched, fuse):
+    """The forward that replaces `module`'s, or None to keep transformers'. Projections
+    it fuses (`forward.fused`) are unfused again on `patched.remove()`."""
+    original = module.forward
+    if kind == "norm":
+        return _layers.rms_norm(module, original, served, offset)
+    if kind == "linear":
+        return _layers.linear(module, original, served)
+    if kind == "rotary":
+        _install_rotary(sys.modules[type(module).__module__], served)
+        return _layers.half_tables(original)
+    if kind == "mlp":
+        linears = [module.gate_proj, module.up_proj]
+        fused = Fused(module, linears) if fuse and _fits(served, linears) else None
+        forward = _layers.gated_mlp(module, original, served, fused)
+    else:
+        updates = _self_attention.convention(original)
+        linears = _self_attention.fusable(module)
+        if updates is None or linears is None or not _fits(served, linears):
+            return None
+        function = _attention.attention(served)
+        forward, fused = _self_attention.forward(
+            module, original, served, function, updates, _extras(module)
+        )
+    if fused is not None:
+        patched.undo.append(fused.unshare)
+    forward.fused = fused
+    return forward
+
+
+def _fits(served, linears):
+    """Whether `linears` can be one product of the wheel's (no warning: the linears
+    served one by one say what the wheel lacks)."""
+    product = "mm" if linears[0].bias is None else "addmm"
+    return Fused.fits(linears) and served.missing(product) is None
+
+
+def _extras(module):
+    """The keyword arguments the family's attention forward gives the attention function
+    beyond the common ones: its sliding window (Mistral's from the config), Gemma 2's
+    softcapping."""
+    extras = {}
+    if hasattr(module, "sliding_window"):
+        extras["sliding_window"] = module.sliding_window
+    elif module.config.model_type == "mistral":
+        extras["sliding_window"] = getattr(module.config, "sliding_window", None)
+    if module.config.model_type == "gemma2":
+        extras["softcap"] = module.attn_logit_softcapping
+    return extras
 
 
 def _family(model):
@@ -136,7 +191,11 @@ def _kind(module, prefix):
     if type(module) is torch.nn.Linear:
         return "linear"
     name = type(module).__name__
-    for kind, suffix in (("norm", "RMSNorm"), ("mlp", "MLP"), ("rotary", "RotaryEmbedding")):
+    suffixes = (
+        ("norm", "RMSNorm"), ("mlp", "MLP"), ("rotary", "RotaryEmbedding"),
+        ("self_attention", "Attention"),
+    )  # fmt: skip
+    for kind, suffix in suffixes:
         if name == prefix + suffix:
             return kind
     return None
@@ -146,6 +205,8 @@ def _has_ops(served, kind, module):
     """Whether the wheel has every op `kind` needs for `module`; if not, a warning."""
     what = "nn.Linear" if kind == "linear" else type(module).__name__
     ops = OPS[kind]
+    if kind == "self_attention":  # its parts, served one by one, warn for themselves
+        return all(served.missing(op) is None for op in ops)
     if kind == "mlp":
         activation = type(module.act_fn).__name__
         if activation not in _layers.ACTIVATIONS:

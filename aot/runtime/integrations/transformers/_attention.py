@@ -13,6 +13,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from ... import torch as nt
 from ._served import fall_back
 
+NAME = "ntops"  # the attn_implementation
 _SDPA, _SOFTCAPPED = "scaled_dot_product_attention", "paged_attention"
 
 

@@ -6,6 +6,7 @@ or warns once and runs the module's own forward."""
 import torch
 
 from ... import torch as nt
+from ..._library import compiling
 from ._served import fall_back
 
 
@@ -13,9 +14,10 @@ def rms_norm(module, original, served, offset):
     """RMSNorm: Llama's `weight * x / rms(x)` (offset 0) or Gemma's `(1 + weight) * x /
     rms(x)` (offset 1, its weight stored less one). Gemma adds the one in float32 and
     rounds once; here (1 + weight) is rounded to the model's dtype first (bf16: 2^-8 of
-    the weight, within the tests' bf16 bound)."""
+    the weight, within the tests' bf16 bound), once per weight (`_plus`), not per call."""
     what = type(module).__name__
     eps = module.variance_epsilon if hasattr(module, "variance_epsilon") else module.eps
+    plus = _plus(offset) if offset else None
 
     def forward(hidden_states):
         weight = module.weight
@@ -23,11 +25,28 @@ def rms_norm(module, original, served, offset):
         if why is not None:
             fall_back(what, why)
             return original(hidden_states)
-        if offset:
-            weight = weight + offset
+        if plus is not None:
+            weight = plus(weight)
         return nt.rms_norm(hidden_states, weight.shape, weight, eps)
 
     return forward
+
+
+def _plus(offset):
+    """`weight + offset`, kept while the weight is unchanged: eagerly, its storage and
+    version counter (load_state_dict's copies move it; writes through `.data` do not,
+    and are not seen); a Dynamo graph adds it in the graph."""
+    kept = {}
+
+    def plus(weight):
+        if compiling():
+            return weight + offset
+        key = (weight.data_ptr(), weight._version, weight.dtype, weight.device)
+        if kept.get("key") != key:
+            kept["key"], kept["value"] = key, weight + offset
+        return kept["value"]
+
+    return plus
 
 
 # The gated MLPs' activations the wheel has kernels for, by their transformers class:
@@ -40,26 +59,42 @@ ACTIVATIONS = {
 }
 
 
-def gated_mlp(module, original, served):
-    """down_proj(act(gate_proj(x)) * up_proj(x)), the projections being the module's own
-    (nn.Linear, themselves served by `linear`)."""
+def gated_mlp(module, original, served, fused=None):
+    """down_proj(act(gate_proj(x)) * up_proj(x)): gate and up as one product where they
+    are `fused` (their halves side by side), else the module's own (nn.Linear, served
+    by `linear`); down_proj the module's."""
     what = type(module).__name__
     ops = ACTIVATIONS[type(module.act_fn).__name__]
+    checks = (*ops, fused_op(fused)) if fused is not None else ops
 
     def forward(x):
-        for op in ops:
-            why = served.refusal(op, x)
+        for op in checks:
+            why = served.refusal(op, x, *(fused.tensors() if op in _PRODUCTS else ()))
             if why is not None:
                 fall_back(what, why)
                 return original(x)
-        gate, up = module.gate_proj(x), module.up_proj(x)
+        if fused is None:
+            gate, up = module.gate_proj(x), module.up_proj(x)
+        else:
+            fused.current()
+            both = fused(x)
+            size = both.shape[-1] // 2
+            gate, up = both[..., :size], both[..., size:]
         if ops == ("silu_mul",):
             hidden = nt.silu_mul(gate, up)
         else:
             hidden = nt.mul(nt.gelu(gate, approximate="tanh"), up)
-        return module.down_proj(hidden)
+        return module.down_proj(hidden.reshape(*x.shape[:-1], hidden.shape[-1]))
 
     return forward
+
+
+_PRODUCTS = ("mm", "addmm")
+
+
+def fused_op(fused):
+    """The product a fused projection launches."""
+    return "mm" if fused.bias is None else "addmm"
 
 
 def linear(module, original, served):
@@ -121,15 +156,22 @@ def rotary(stock, served, what):
 
 def _rotated(x, cos, sin):
     """x (batch, heads, seq, head_dim), as the families' attention holds it (a transposed
-    view of its projection), rotated in halves (rotate_half's pairs) by tables (1 or
-    batch, seq, head_dim / 2), in one launch; a position per row of the batch (left
-    padding) makes batch and seq one dim."""
-    batch, heads, seq, dim = x.shape
-    rows = x.transpose(1, 2)
+    view of its projection), rotated by `rotate` into a new tensor."""
+    return rotate(x.transpose(1, 2), cos, sin, inplace=False).transpose(1, 2)
+
+
+def rotate(x, cos, sin, inplace=True):
+    """x (batch, seq, heads, head_dim) rotated in halves (rotate_half's pairs) by tables
+    (1 or batch, seq, head_dim / 2), in one launch: in place (x, a view of a fused
+    projection's result, is returned), or into a new tensor. A position per row of the
+    batch (left padding) makes batch and seq one dim: in place, a view of x (which a
+    projection's rows are), else what reshape makes."""
+    batch, seq, heads, dim = x.shape
     if cos.shape[0] == 1:
-        cos, sin = cos[0], sin[0]
+        rows, cos, sin = x, cos[0], sin[0]
     else:
-        rows = rows.reshape(1, batch * seq, heads, dim)
+        shape = (1, batch * seq, heads, dim)
+        rows = x.view(shape) if inplace else x.reshape(shape)
         cos, sin = cos.reshape(batch * seq, dim // 2), sin.reshape(batch * seq, dim // 2)
-    out = nt.rotary_position_embedding(rows, sin, cos, interleaved=False)
-    return out.reshape(batch, seq, heads, dim).transpose(1, 2)
+    out = nt.rotary_position_embedding(rows, sin, cos, interleaved=False, inplace=inplace)
+    return out.view(batch, seq, heads, dim)

@@ -1,0 +1,83 @@
+"""What transformers_cases.py, transformers_fused_cases.py and
+transformers_compiled_cases.py share, loaded as a pytest plugin (`-p`) by the one pytest
+that test_transformers.py runs them in, with a full wheel on the path: fresh warnings per
+case, the family list, and the served path on the CPU (`served_by_references`)."""
+
+import collections
+
+import pytest
+import torch
+
+import ntops_prebuilt.integrations.transformers as ntt
+import ntops_prebuilt.torch as nt
+from ntops_prebuilt import _rotary, _silu_mul
+from ntops_prebuilt.integrations.transformers import _served
+from tests.hf_models import CONFIGS
+
+F = torch.nn.functional
+FAMILIES = sorted(CONFIGS)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_warnings(monkeypatch):
+    """Each case sees its own warnings (the integration warns once per process)."""
+    monkeypatch.setattr(_served, "_WARNED", set())
+
+
+def fallbacks(caught):
+    return sorted({str(w.message) for w in caught if issubclass(w.category, ntt.FallbackWarning)})
+
+
+def logits(model, ids, mask):
+    with torch.no_grad():
+        return model(ids, attention_mask=mask).logits
+
+
+# The wheel's functions as their references compute them, on CPU tensors: what the
+# served path hands the wheel, checked against transformers' own computation.
+def _softcapped(q, k_cache, v_cache, softmax_scale=None, causal=False, softcap=0.0):
+    """flash_attn_with_kvcache over a dense cache, as FlashAttention defines it."""
+    group = q.shape[2] // k_cache.shape[2]
+    keys, values = (t.repeat_interleave(group, dim=2).float() for t in (k_cache, v_cache))
+    scores = torch.einsum("bqhd,bkhd->bhqk", q.float(), keys) * softmax_scale
+    scores = softcap * torch.tanh(scores / softcap) if softcap else scores
+    if causal:  # bottom-right: query i sees keys up to i + seq_k - seq_q
+        seq_q, seq_k = q.shape[1], k_cache.shape[1]
+        seen = torch.ones(seq_q, seq_k, dtype=torch.bool).tril(seq_k - seq_q)
+        scores = scores.masked_fill(~seen, float("-inf"))
+    return torch.einsum("bhqk,bkhd->bqhd", scores.softmax(-1), values).to(q.dtype)
+
+
+REFERENCES = {
+    "rms_norm": F.rms_norm,
+    "mm": torch.mm,
+    "addmm": torch.addmm,
+    "silu_mul": _silu_mul.reference,
+    "gelu": F.gelu,
+    "mul": torch.mul,
+    "rotary_position_embedding": _rotary.reference,
+    "scaled_dot_product_attention": F.scaled_dot_product_attention,
+    "flash_attn_with_kvcache": _softcapped,
+}
+
+
+@pytest.fixture
+def served_by_references(monkeypatch):
+    """The served path on the CPU: each of the wheel's functions the integration calls,
+    counted, computed by its reference."""
+    calls = collections.Counter()
+    for name, reference in REFERENCES.items():
+
+        def counted(*args, _name=name, _reference=reference, **kwargs):
+            calls[_name] += 1
+            return _reference(*args, **kwargs)
+
+        monkeypatch.setattr(nt, name, counted)
+    monkeypatch.setattr(_served, "DEVICE", "cpu")
+    # The softcapped attention is built for half types only; its mapping is checked in
+    # float32 as the rest.
+    wheel = _served.Served.of_wheel(None)
+    dtypes = {**wheel.dtypes, "paged_attention": (*wheel.dtypes["paged_attention"], torch.float32)}
+    widened = type(wheel)(dtypes, wheel.head_dims, None)
+    monkeypatch.setattr(_served.Served, "of_wheel", classmethod(lambda cls, capability: widened))
+    return calls
