@@ -3,29 +3,33 @@ temperature, then top-k, min-p and top-p filters, then a draw from what is left
 renormalised; temperature 0 (or top-k 1) takes the argmax. Every parameter is a number
 for the whole batch or a tensor with a value per row (aot/runtime/_sampling.py).
 
-Without sorting, in two launches (the switch `step`):
+Without sorting, in steps (the switch `step`; aot/runtime/_sampling.py launches them):
 1. "chunks", a program per chunk of a row (4096 logits): its maximum, the first index
-   of it (or of its first NaN) and the sum of exp((x - its max) / temperature); at
-   batch 1 the row's 32 chunks load at once where one program would wait on 32 loads
-   in turn (H200: that pass alone took ~35 us of one program at batch 1);
-2. "rows", a program per row: the chunks' results merged (the row's maximum, its first
+   of it (or of its first NaN) and the sum of exp((x - its max) / temperature); for
+   top-k below 64 rows, the histogram of its keys' first byte. At batch 1 the row's 32
+   chunks load at once where one program would wait on 32 loads in turn (H200: that
+   pass alone took ~35 us of one program at batch 1);
+2. "digits" (top-k below 64 rows), a program per chunk: the first byte's bucket of the
+   row's k-th largest key from the chunks' histograms, and the chunk's histogram of
+   the second byte inside it;
+3. "rows", a program per row: the chunks' results merged (the row's maximum, its first
    index, greedy rows stop here, and the mass), then
-   - top-k: the k-th largest logit by a radix select over order-preserving keys of the
-     values (a histogram of 8 bits a pass, from the top: 2 passes for bf16 logits, at
-     most 4 for fp32; it stops as soon as a bucket holds exactly the rows still
-     wanted). Ties with the k-th value are all kept. min-p raises the same bound to
-     max + temperature * log(min_p). The tokens left are those with a key at least the
-     bound; a pass sums their mass when the bound moved;
-   - the draw: a uniform times that mass, found by scanning the tiles' sums until the
-     running sum passes it, then a cumulative sum inside that tile (inverse CDF, one
-     uniform a round from Philox keyed by the row's seed); without a bound the
-     chunks' masses find the tile, and one tile is read;
+   - with a bound (top-k or min-p), a launch of its own that finds it and stops:
+     top-k's k-th largest logit by a radix select over order-preserving keys of the
+     values (8 bits a step from the top, the first two from the histograms where the
+     digits step ran, else passes over the row: 2 for bf16 logits, at most 4 for fp32;
+     it stops as soon as a bucket holds exactly the rows still wanted; ties with the
+     k-th value are all kept); min-p raises it to max + temperature * log(min_p);
+4. "bounded", a program per chunk: its mass above the row's bound;
+5. "rows" again, drawing: a uniform times the mass left, the chunk it falls in found
+   from the chunks' masses, then a cumulative sum inside that one tile (inverse CDF,
+   one uniform a round from Philox keyed by the row's seed);
    - top-p, by rejection as FlashInfer's sampler does it: the drawn token is kept when
      the tokens strictly more probable than it hold less than top_p of the mass left
-     after top-k (one pass); else the bound rises past its value and the draw repeats
-     over what is above, which holds the whole top-p set, so the accepted token is
-     distributed as the renormalised top-p set is, exactly. The argmax always passes:
-     the loop ends.
+     after top-k (a pass over the row); else the bound rises past its value and the
+     draw repeats over what is above (passes over the row), which holds the whole top-p
+     set, so the accepted token is distributed as the renormalised top-p set is,
+     exactly. The argmax always passes: the loop ends.
 """
 
 import functools
