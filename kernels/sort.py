@@ -65,7 +65,7 @@ _SHAPES = (
 )
 API = (
     Api(
-        "(Tensor input, int dim=-1, bool descending=False, bool stable=False)",
+        "(Tensor input, int dim=-1, bool descending=False, bool stable=False, *, Tensor? out=None)",
         "torch.sort",
         wrapper="_sort",
         returns="(Tensor, Tensor)",

@@ -13,7 +13,8 @@ import torch
 from . import _C
 from . import _checks as check
 from ._errors import NotBuiltError
-from ._library import fake, routed
+from ._library import compiling, fake, implementation, routed, traced
+from ._reductions import written, written_pair
 
 _launch = _C.launch
 # The kernels by the longest rows they sort whole ("64", "1024"), and "select" (topk
@@ -134,22 +135,51 @@ def _sorted(op, input, dim, descending):
 
 
 @fake("sort")
-def _sort_fake(input, dim=-1, descending=False, stable=False):
+def _sort_fake(input, dim=-1, descending=False, stable=False, *, out=None):
     dim = _dim("sort", input, dim)
     _sort_limit("sort", input.shape[dim] if input.ndim else 1, dim)
     return tuple(torch.sort(input, dim=dim, descending=descending, stable=stable))
 
 
-@routed("sort")
-def _sort(input, dim=-1, descending=False, stable=False):
-    return _sorted("sort", input, _checked("sort", input, dim), descending)
+@implementation("sort")
+def _sort_op(input, dim=-1, descending=False, stable=False, *, out=None):
+    """sort's op: (values, indices); its out= form (a tensor, the schema's) takes the
+    values."""
+    values, indices = _sorted("sort", input, _checked("sort", input, dim), descending)
+    if out is not None:
+        written("sort", out, values, cast=False)
+    return values, indices
 
 
-def sort(input, dim=-1, descending=False, stable=False):
+def sort(input, dim=-1, descending=False, stable=False, *, out=None):
     """torch.sort: (values, indices) of `input` sorted along `dim`, stable (`stable`
-    is torch's parameter: the order is the stable one either way). No out= yet
-    (upstream's out=(values, indices)): its op would need one, as max's has."""
-    return torch.return_types.sort(_sort(input, dim, descending, stable))
+    is torch's parameter: the order is the stable one either way), as
+    torch.return_types.sort. out= takes a (values, indices) pair (torch's and upstream
+    ntops.torch.sort's form) or a tensor, the values, as max's; they are written and
+    returned. The op returns both results always and takes a tensor out= (a pair is no
+    schema's argument): the pair is written here (`implementation`)."""
+    if compiling():
+        return _traced_sort(input, dim, descending, stable, out)
+    try:
+        values, indices = _sorted("sort", input, _checked("sort", input, dim), descending)
+    except _C.SubclassError:
+        return _traced_sort(input, dim, descending, stable, out)
+    return _sort_answer(values, indices, out)
+
+
+def _traced_sort(input, dim, descending, stable, out):
+    """A call while Dynamo traces, or on a tensor subclass: through sort's op."""
+    values, indices = traced("sort")(input, dim, descending, stable)
+    return _sort_answer(values, indices, out)
+
+
+def _sort_answer(values, indices, out):
+    """What torch.sort returns, written into `out` where given (see `sort`)."""
+    if out is None:
+        return torch.return_types.sort((values, indices))
+    if isinstance(out, (tuple, list)):
+        return torch.return_types.sort(written_pair("sort", out, values, indices))
+    return torch.return_types.sort((written("sort", out, values, cast=False), indices))
 
 
 @fake("argsort")

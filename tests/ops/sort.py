@@ -7,6 +7,7 @@ elements in index order, NaN after +inf (first where descending), -0.0 equal to 
 import math
 import types
 
+import pytest
 import torch
 
 from tests.gpu.layouts import strided
@@ -91,7 +92,8 @@ def _same(got, want):
 
 
 def calls(name, dtype):
-    """Forms the samples leave out: a 0-dim input, an empty dim, topk's k of 0."""
+    """Forms the samples leave out: a 0-dim input, an empty dim, topk's k of 0, and
+    sort's out= of its values."""
     from tests.calls import Call
 
     def zero_dim(make):
@@ -101,9 +103,22 @@ def calls(name, dtype):
         return ((make((3, 0), dtype), 0) if name == "topk" else (make((3, 0), dtype),)), {}
 
     found = [Call(f"{name} of a 0-dim input", name, zero_dim), Call(f"{name} empty", name, empty)]
+    if name == "sort":  # out= the values (the out= overload; the pair is test_ops's)
+
+        def values_out(make):
+            return (make((6, 42), dtype, domain="distinct"),), {"out": make((6, 42), dtype)}
+
+        found.append(Call("sort out= the values", name, values_out, reference=_sorted_into))
     if name == "topk":
         found.append(Call("topk k=0", name, lambda make: ((make((5, 7), dtype), 0), {})))
     return found
+
+
+def _sorted_into(input, dim=-1, descending=False, stable=False, *, out):
+    """sort with out= its values (ntops.torch's form, as max's): torch's sort of
+    them, written into `out`."""
+    values, indices = stable_sort(input, dim, descending)
+    return torch.return_types.sort((out.copy_(values), indices))
 
 
 def fuzz_specs():
@@ -230,7 +245,8 @@ def _check_runtime(make):
     kernels interpreted), against torch: every dim of a 3-dim tensor (moved last, as a
     view where its dims merge, else through copies), argsort, msort of a transposed
     view, topk of a middle dim, 0-dim and empty inputs, a call in slices of rows (its
-    32-bit limit lowered to force them), and topk of a long row (the "select" kernel)."""
+    32-bit limit lowered to force them), topk of a long row (the "select" kernel), and
+    sort's out=."""
     nt = _runtime(make)
     cube = _with_specials(torch.randint(-3, 3, (4, 6, 20)).to(torch.bfloat16))
     for dim in (0, 1, 2, -1):
@@ -250,6 +266,24 @@ def _check_runtime(make):
     nt._OFFSETS = 2**31 - 1
     logits = torch.randn(2, 5000).to(torch.bfloat16)
     exactly(nt.topk(logits, 50), stable_topk(logits, 50))
+    _check_out(nt, cube)
+
+
+def _check_out(nt, cube):
+    """sort's out=: (values, indices), upstream's form (torch's too), and the values
+    alone; written and returned."""
+    values, indices = torch.empty_like(cube), torch.empty(cube.shape, dtype=torch.int64)
+    result = nt.sort(cube, 1, True, out=(values, indices))
+    assert result.values is values
+    assert result.indices is indices
+    exactly((values, indices), stable_sort(cube, 1, True))
+    taken = nt.sort(cube, 0, out=values)  # the values alone, as max's out= takes them
+    assert taken.values is values
+    exactly(taken, stable_sort(cube, 0))
+    with pytest.raises(TypeError, match=r"out must be torch\.int64"):
+        nt.sort(cube, out=(values, indices.float()))
+    with pytest.raises(TypeError, match="pair"):
+        nt.sort(cube, out=(values,))
 
 
 def _runtime(make):
