@@ -7,7 +7,10 @@ Switch `tile`, by the row's length: "64" and "1024", rows of up to that many ele
 sorted whole in registers (_lib/sorting.py's `sort_tile`; 16 rows a program in "64"),
 their first k written (all of them for sort, topk's k); "select", topk of longer rows:
 a radix select of the k first, gathered into the outputs and sorted there in one tile
-of CANDIDATES (`select_row`). The runtime refuses, naming the limit, sort of rows past
+of CANDIDATES (`select_row`); "parts", its first pass where the rows are few: a
+program per part of 2048 elements selects the part's k first (`select_part`), and the
+runtime selects the k first of those with a kernel above. The runtime refuses, naming
+the limit, sort of rows past
 1024 elements and topk's k past CANDIDATES: they need a merge across tiles, which is
 not built.
 """
@@ -27,6 +30,7 @@ from ._lib.sorting import (  # noqa: F401
     kth_key,
     order_key,
     ranked,
+    select_part,
     select_row,
     sort_candidates,
     sort_key,
@@ -35,7 +39,7 @@ from ._lib.sorting import (  # noqa: F401
 
 # tile: (rows a program, elements a row) of the tile sorts, "select"'s (1, elements a
 # step of its passes over the row).
-TILES = {"64": (16, 64), "1024": (1, 1024), "select": (1, 4096)}
+TILES = {"64": (16, 64), "1024": (1, 1024), "select": (1, 4096), "parts": (1, 2048)}
 # The most elements "select" sorts in its one tile (aot/runtime/_sort.py's; a test keeps
 # them equal). A tile of 4096 (sort of rows up to 4096, topk's k up to 4096) compiles
 # in 6.9 s where 1024's takes 2.5 (sm_90, one core): 13 s more a build and arch, for
@@ -113,6 +117,7 @@ CONFIGS = {
     "64": Config(num_warps=4, num_stages=1),
     "1024": Config(num_warps=4, num_stages=1),
     "select": Config(num_warps=8, num_stages=1),
+    "parts": Config(num_warps=4, num_stages=1),
 }
 
 
@@ -125,6 +130,12 @@ def arrangement(input, values, indices, *rest, rows, size):
     the tensors through their pointers and strides."""
     grid = input.tile((rows, size)).tile((1, -1))
     return grid, values.tile((1, 1)), indices.tile((1, 1)), *rest
+
+
+def arrangement_parts(input, values, indices, *rest, rows, size):
+    """A program per part of `size` elements of each row (the grid: rows x cdiv(n,
+    size)); the kernel reads the tensors through their pointers and strides."""
+    return input.tile((rows, size)), values.tile((1, 1)), indices.tile((1, 1)), *rest
 
 
 def application_tile(input, values, indices, descending, tile_rows, tile_size, candidates):
@@ -146,6 +157,15 @@ def application_select(input, values, indices, descending, tile_rows, tile_size,
     )  # fmt: skip
 
 
+def application_parts(input, values, indices, descending, tile_rows, tile_size, candidates):
+    select_part(
+        input.source.data_ptr(), values.source.data_ptr(), indices.source.data_ptr(),
+        input.source.shape[1], values.source.shape[1], input.source.stride(0),
+        input.source.stride(1), values.source.stride(0), values.source.stride(1),
+        indices.source.stride(0), indices.source.stride(1), descending, tile_size,
+    )  # fmt: skip
+
+
 def premake(ndim, dtype, tile="1024"):
     rows, size = TILES[tile]
     tensors = (
@@ -157,5 +177,9 @@ def premake(ndim, dtype, tile="1024"):
         Tensor(0, constexpr=True, value=size),
         Tensor(0, constexpr=True, value=CANDIDATES),
     )
-    application = application_select if tile == "select" else application_tile
-    return functools.partial(arrangement, rows=rows, size=size), application, tensors
+    if tile == "parts":
+        arranged, application = arrangement_parts, application_parts
+    else:
+        arranged = arrangement
+        application = application_select if tile == "select" else application_tile
+    return functools.partial(arranged, rows=rows, size=size), application, tensors

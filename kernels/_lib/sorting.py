@@ -105,10 +105,41 @@ def select_row(
     indices += row * s_idx_r
     kth, ties, low = kth_key(input, n, k, s_in_c, descending, BLOCK)
     gather_candidates(input, values, indices, n, k, kth >> low, ties, low, s_in_c, s_val_c,
-                      s_idx_c, descending, BLOCK)  # fmt: skip
+                      s_idx_c, descending, BLOCK, 0)  # fmt: skip
     # The slots were written by other threads of the program: a barrier orders them.
     tl.debug_barrier()
     sort_candidates(values, indices, k, s_val_c, s_idx_c, descending, CANDIDATES)
+
+
+@triton.jit
+def select_part(
+    input, values, indices, n, width, s_in_r, s_in_c, s_val_r, s_val_c, s_idx_r, s_idx_c,
+    descending, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """topk's first pass over long rows at small batches: program (row, part) of a grid
+    of rows x cdiv(n, BLOCK) selects the k first elements (k = width / parts) of its
+    part, parts = n // BLOCK of BLOCK elements each, the last taking the rest of the
+    row too (every part holds k or more where k <= BLOCK), into slots part * k.. of
+    the row's `values` and `indices` (indices into the row), unsorted: of each value,
+    the elements in index order, and the parts in order, so that a stable selection
+    over the slots (the second pass) keeps equal elements in index order. Programs
+    past the last part (cdiv's extra one) do nothing."""
+    slots = tl.cdiv(n, BLOCK)
+    program = tl.program_id(0)
+    row = program // slots
+    part = program % slots
+    parts = n // BLOCK
+    if part < parts:
+        k = width // parts
+        start = part * BLOCK
+        length = tl.where(part == parts - 1, n - start, BLOCK)
+        source = input + row * s_in_r + start * s_in_c
+        kth, ties, low = kth_key(source, length, k, s_in_c, descending, BLOCK)
+        gather_candidates(
+            source, values + row * s_val_r + part * k * s_val_c,
+            indices + row * s_idx_r + part * k * s_idx_c, length, k, kth >> low, ties, low,
+            s_in_c, s_val_c, s_idx_c, descending, BLOCK, start,
+        )  # fmt: skip
 
 
 @triton.jit
@@ -149,11 +180,12 @@ def kth_key(input, n, k, stride, descending, BLOCK: tl.constexpr):
 @triton.jit
 def gather_candidates(
     input, values, indices, n, k, threshold, ties, low, s_in, s_val, s_idx, descending,
-    BLOCK: tl.constexpr,
+    BLOCK: tl.constexpr, first,
 ):  # fmt: skip
     """Write the elements whose order key shifted right by `low` is below `threshold`
     (k - ties of them) in slots 0.., and the first `ties` of those equal to it after
-    them, each in index order. Tiles without any are passed over."""
+    them, each in index order, with their indices counted from `first` (where `input`
+    starts in its row). Tiles without any are passed over."""
     before_kth = k - ties
     # Elements before the k-th and ties seen so far, packed (ties << 16 | before) so that
     # one scan counts both: a tile adds fewer than 2^16 of each, before-elements number
@@ -173,7 +205,7 @@ def gather_candidates(
             slot = tl.where(before, running & 0xFFFF, before_kth + (running >> 16))
             taken = before | (tie & ((running >> 16) < ties))
             tl.store(values + slot * s_val, x, mask=taken)
-            tl.store(indices + slot * s_idx, position.to(tl.int64), mask=taken)
+            tl.store(indices + slot * s_idx, (first + position).to(tl.int64), mask=taken)
             seen += found
             seen = (tl.minimum(seen >> 16, 4096) << 16) | (seen & 0xFFFF)
 

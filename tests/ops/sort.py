@@ -14,11 +14,13 @@ from tests.gpu.layouts import strided
 
 # Row lengths a tile kernel's test sorts, unaligned and aligned (sizes of 16), and the
 # "select" kernel's (topk of rows longer than the largest tile), with its k.
-LENGTHS = {"64": (37, 48), "1024": (123, 1008), "select": (9000, 9008)}
+LENGTHS = {"64": (37, 48), "1024": (123, 1008), "select": (9000, 9008), "parts": (9000, 9008)}
 SELECTED = (37, 48)
 # The longest rows sorted, and topk's largest k (aot/runtime/_sort.py's LONGEST and
 # CANDIDATES).
 LONGEST = CANDIDATES = 1024
+# The most rows whose topk of long rows runs in parts (aot/runtime/_sort.py's).
+PARTED_ROWS = 128
 
 
 def num_tensors(variant):
@@ -57,13 +59,14 @@ def run(nt, variant, spec, dtype, bucket):
     tile = variant["switches"]["tile"]
     n = LENGTHS[tile][spec.aligned]
     wide = spec.width == 64
-    rows = 37 if tile == "64" else 5
+    # "select" takes topk of long rows from PARTED_ROWS rows on, "parts" below.
+    rows = {"64": 37, "select": PARTED_ROWS + 1}.get(tile, 5)
     x = strided(
         (2 if wide else rows, n), dtype, unit=spec.unit[0], aligned=spec.aligned, wide=wide,
         domain="special",
     )  # fmt: skip
     x[0, 1:9] = x[0, 12]  # ties
-    if tile == "select":
+    if tile in ("select", "parts"):
         k = SELECTED[spec.aligned]
         return nt.topk(x, k), stable_topk(x, k)
     return nt.sort(x, descending=True), stable_sort(x, descending=True)
@@ -237,7 +240,9 @@ def _check(kernel, x, k, descending):
 
 
 # The kernels' groups, as the wheel names them (aot/runtime/_sort.py reads them).
-GROUPS = {"sort": {f"sort-tile={tile}": {"tile": tile} for tile in ("64", "1024", "select")}}
+GROUPS = {
+    "sort": {f"sort-tile={tile}": {"tile": tile} for tile in ("64", "1024", "select", "parts")}
+}
 
 
 def _check_runtime(make):
@@ -266,7 +271,29 @@ def _check_runtime(make):
     nt._OFFSETS = 2**31 - 1
     logits = torch.randn(2, 5000).to(torch.bfloat16)
     exactly(nt.topk(logits, 50), stable_topk(logits, 50))
+    _check_parts(nt)
     _check_out(nt, cube)
+
+
+def _check_parts(nt):
+    """topk of long rows in two passes (few rows: the "parts" kernel, then a tile or
+    "select" over the candidates): 4 parts of 2048, the last with the row's 808 more;
+    ties at the k-th across parts (the first indices kept), NaN of both signs,
+    infinities, signed zeros, a row of one value; largest and smallest; k = 1, one
+    whose candidates a tile sorts, one that "select" takes, and 1024."""
+    x = torch.randint(-50, 50, (3, 9000)).to(torch.bfloat16)
+    x[0, 2040:2060] = 60.0  # ties across the first two parts' border
+    x[0, 8990:9000] = 60.0  # and in the last part's remainder
+    x[1, :8] = torch.tensor(SPECIALS)
+    x[1, 4100], x[1, 8999] = math.nan, -math.inf
+    x[2] = 0.5
+    x[2, 6000] = -0.0
+    for k in (1, 37, 300, 1024):
+        for largest in (True, False):
+            exactly(nt.topk(x, k, largest=largest), stable_topk(x, k, largest=largest))
+    nt._PARTED_ROWS = 0  # the same rows by one program each ("select")
+    exactly(nt.topk(x, 300), stable_topk(x, 300))
+    nt._PARTED_ROWS = 128
 
 
 def _check_out(nt, cube):

@@ -19,6 +19,8 @@ def test_the_runtime_and_the_kernel_file_agree(installed):
     assert runtime.LONGEST == max(whole) == maker.LONGEST
     assert declared.TILES["select"][1] >= declared.CANDIDATES  # a step holds the candidates
     assert set(declared.TILES) == set(declared.SPACE.switches["tile"]) == set(declared.CONFIGS)
+    assert runtime.PART == declared.TILES["parts"][1] >= declared.CANDIDATES  # parts hold k
+    assert runtime._PARTED_ROWS == maker.PARTED_ROWS
 
 
 @pytest.mark.parametrize(
