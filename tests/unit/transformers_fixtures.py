@@ -48,6 +48,22 @@ def _softcapped(q, k_cache, v_cache, softmax_scale=None, causal=False, softcap=0
     return torch.einsum("bhqk,bkhd->bqhd", scores.softmax(-1), values).to(q.dtype)
 
 
+def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **options):
+    """flash_attn_varlen_func over packed keys: `_softcapped` for each request (whose
+    lengths the maxima bound, as the kernel's grid assumes)."""
+    assert cu_seqlens_q.dtype == cu_seqlens_k.dtype == torch.int32
+    assert int(cu_seqlens_q.diff().max()) <= max_seqlen_q
+    assert int(cu_seqlens_k.diff().max()) <= max_seqlen_k
+    out = torch.zeros_like(q)
+    starts_q, starts_k = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+    bounds = zip(starts_q, starts_q[1:], starts_k, starts_k[1:], strict=False)
+    for start_q, end_q, start_k, end_k in bounds:
+        out[start_q:end_q] = _softcapped(
+            q[None, start_q:end_q], k[None, start_k:end_k], v[None, start_k:end_k], **options
+        )[0]
+    return out
+
+
 REFERENCES = {
     "rms_norm": F.rms_norm,
     "mm": torch.mm,
@@ -58,6 +74,7 @@ REFERENCES = {
     "rotary_position_embedding": _rotary.reference,
     "scaled_dot_product_attention": F.scaled_dot_product_attention,
     "flash_attn_with_kvcache": _softcapped,
+    "flash_attn_varlen_func": _varlen,
 }
 
 
