@@ -60,11 +60,11 @@ def generate(model, ids, mask, **options):
         )
 
 
-def patched(ntt, family, dtype, device="cuda"):
+def patched(ntt, family, dtype, device="cuda", **overrides):
     """A model of `family` with `apply`'s forwards (inside catch_warnings: its warnings,
     of ops the wheel lacks, would join the case's)."""
     warnings.simplefilter("always")
-    model = tiny(family, dtype=dtype, device=device)
+    model = tiny(family, dtype=dtype, device=device, **overrides)
     ntt.apply(model)
     return model
 
@@ -199,10 +199,13 @@ def test_generate_batch_in_float32_falls_back_to_stocks_tokens(ntt):
 
 
 @pytest.mark.parametrize("cuda_graphs", [False, True])
-def test_generate_batch_in_bf16_picks_float32s_best_tokens(ntt, monkeypatch, cuda_graphs):
-    """bf16 generate_batch on the wheel's flash_attn_varlen_func: each token it picks is
-    float32's best (teacher-forced logits of stock float32) up to twice stock bf16's
-    largest error there (bf16 may swap near ties, so its tokens are not stock's)."""
+@pytest.mark.parametrize("family", ["llama", "gemma3_text"])
+def test_generate_batch_in_bf16_picks_float32s_best_tokens(ntt, monkeypatch, family, cuda_graphs):
+    """bf16 generate_batch on the wheel's flash_attn_varlen_func (Gemma 3: sliding layers
+    of a window shorter than the prompts): each token it picks is float32's best
+    (teacher-forced logits of stock float32) up to twice stock bf16's largest error there
+    (bf16 may swap near ties, so its tokens are not stock's)."""
+    window = {"sliding_window": 3} if family == "gemma3_text" else {}
     calls, varlen = [], ntt._batching.nt.flash_attn_varlen_func
 
     def counted(*args, **kwargs):
@@ -211,13 +214,14 @@ def test_generate_batch_in_bf16_picks_float32s_best_tokens(ntt, monkeypatch, cud
 
     monkeypatch.setattr(ntt._batching.nt, "flash_attn_varlen_func", counted)
     with warnings.catch_warnings(record=True) as caught:
-        model = patched(ntt, "llama", torch.bfloat16)
+        model = patched(ntt, family, torch.bfloat16, **window)
         with ntt.batching(model):
             got = generate_batch(model, cuda_graphs)
     assert fallbacks(ntt, caught) == []
     # two layers, a call a step at least; replayed CUDA graphs call no Python
     assert len(calls) >= (2 if cuda_graphs else 2 * NEW_TOKENS)
-    reference, stock = tiny("llama", device="cuda"), tiny("llama", torch.bfloat16, "cuda")
+    reference = tiny(family, device="cuda", **window)
+    stock = tiny(family, torch.bfloat16, "cuda", **window)
     for prompt, tokens in zip(requests(), got, strict=True):
         ids = torch.tensor([prompt + tokens[:-1]], device="cuda")
         with torch.no_grad():

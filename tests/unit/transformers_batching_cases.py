@@ -15,15 +15,17 @@ from packaging.version import Version
 import ntops_prebuilt.integrations.transformers as ntt
 from ntops_prebuilt.integrations.transformers import _batching
 from tests.hf_models import prompts, tiny
-from tests.unit.transformers_fixtures import REFERENCES, fallbacks
+from tests.unit.transformers_fixtures import FAMILIES, REFERENCES, fallbacks
 
 pytestmark = pytest.mark.skipif(
     Version(transformers.__version__).major < 5,
     reason="continuous batching's packed calls are transformers 5.x's",
 )
 NEW_TOKENS = 6
+# Windows shorter than the prompts, where the family has them: the window matters.
+WINDOWS = {family: {"sliding_window": 3} for family in ("mistral", "gemma2", "gemma3_text")}
 CPU_REFUSED = (
-    "ntops_prebuilt: LlamaAttention's attention runs transformers' own code: cpu tensors "
+    "ntops_prebuilt: {}Attention's attention runs transformers' own code: cpu tensors "
     "(the wheel's kernels run on CUDA devices)"
 )
 
@@ -49,20 +51,22 @@ def generate_batch(model):
     return [out[name].generated_tokens for name in sorted(out)]
 
 
-def test_cpu_calls_fall_back_with_one_warning_and_stocks_tokens():
-    model = tiny("llama")
-    stock = generate_batch(model)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_cpu_calls_fall_back_with_one_warning_and_stocks_tokens(family):
+    model = tiny(family, **WINDOWS.get(family, {}))
+    stock, before = generate_batch(model), model.config._attn_implementation
     with warnings.catch_warnings(record=True) as caught, ntt.batching(model):
         warnings.simplefilter("always")
         assert model.config._attn_implementation == ntt.PAGED
         got = generate_batch(model)
-    assert model.config._attn_implementation == "sdpa"
-    assert fallbacks(caught) == [CPU_REFUSED]
+    assert model.config._attn_implementation == before
+    assert fallbacks(caught) == [CPU_REFUSED.format(ntt.FAMILIES[family][0])]
     assert got == stock
 
 
-def test_served_batches_give_stocks_tokens(served_by_references):
-    model = tiny("llama")
+@pytest.mark.parametrize("family", FAMILIES)
+def test_served_batches_give_stocks_tokens(family, served_by_references):
+    model = tiny(family, **WINDOWS.get(family, {}))
     stock = generate_batch(model)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -75,7 +79,8 @@ def test_served_batches_give_stocks_tokens(served_by_references):
     steps = served_by_references["flash_attn_varlen_func"] // 2  # two layers
     assert steps >= NEW_TOKENS
     # the fused forward's: per layer, q/k/v, o, gate/up and down; then the head
-    assert served_by_references["mm"] == steps * (2 * 4 + 1), served_by_references
+    products = served_by_references["mm"] + served_by_references["addmm"]
+    assert products == steps * (2 * 4 + 1), served_by_references
     assert model.config._attn_implementation == ntt.NAME
     patched.remove()
 
@@ -89,9 +94,13 @@ def test_the_fallbacks_packed_mask_is_the_varlen_attentions():
     module = torch.nn.Module()
     module.is_causal, module.num_key_value_groups, module.training = True, 2, False
     kwargs = {"cu_seq_lens_q": cu_q, "cu_seq_lens_k": cu_k, "max_length_q": 4, "max_length_k": 7}
-    got, _ = _batching._stock(module, q, k, v, None, 0.0, 0.125, None, kwargs)
-    packed = (t[0].transpose(0, 1) for t in (q, k, v))
-    want = REFERENCES["flash_attn_varlen_func"](
-        *packed, cu_q, cu_k, 4, 7, softmax_scale=0.125, causal=True
-    )
-    torch.testing.assert_close(got[0], want)
+    for window in (None, 3):
+        got, _ = _batching._stock(
+            module, q, k, v, None, 0.0, 0.125, None, {**kwargs, "sliding_window": window}
+        )
+        packed = (t[0].transpose(0, 1) for t in (q, k, v))
+        want = REFERENCES["flash_attn_varlen_func"](
+            *packed, cu_q, cu_k, 4, 7, softmax_scale=0.125, causal=True,
+            window_size=_batching._window(window),
+        )  # fmt: skip
+        torch.testing.assert_close(got[0], want)

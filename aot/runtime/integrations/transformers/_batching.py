@@ -15,9 +15,9 @@ for names matching "flash...2" or "flash...3" and loads flash_attn's own functio
 varlen call."""
 
 import torch
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from ... import torch as nt
+from . import _attention
 from ._served import fall_back
 
 PAGED = "ntops_flash"  # the attn_implementation
@@ -42,7 +42,7 @@ def attention(served):
         out = nt.flash_attn_varlen_func(
             q, k, v, kwargs["cu_seq_lens_q"], kwargs["cu_seq_lens_k"], kwargs["max_length_q"],
             kwargs["max_length_k"], softmax_scale=scaling, causal=_causal(module, is_causal),
-            softcap=kwargs.get("softcap") or 0.0,
+            window_size=_window(kwargs.get("sliding_window")), softcap=kwargs.get("softcap") or 0.0,
         )  # fmt: skip
         return out.unsqueeze(0), None
 
@@ -71,9 +71,13 @@ def _refusal(served, query, key, value, mask, dropout, kwargs):
         return "dropout (the wheel's attention serves inference: call model.eval())"
     if mask is not None:
         return "an attention mask (continuous batching passes none to flash names)"
-    if kwargs.get("sliding_window") is not None:
-        return "a sliding window (continuous batching reads such layers' keys by its own window)"
     return None
+
+
+def _window(sliding_window):
+    """FlashAttention's window_size for transformers' sliding_window (its flash path's
+    (w - 1, w - 1); the right side is causal's 0 here)."""
+    return (-1, -1) if sliding_window is None else (sliding_window - 1, 0)
 
 
 def _causal(module, is_causal):
@@ -81,36 +85,35 @@ def _causal(module, is_causal):
 
 
 def _stock(module, query, key, value, mask, dropout, scaling, is_causal, kwargs):
-    """transformers' sdpa attention over the packed batch, with the mask continuous
-    batching builds for "sdpa" (`_packed_mask`); a call without a packed batch, or with
-    a mask, as sdpa reads it."""
-    if mask is not None or any(kwargs.get(name) is None for name in _VARLEN):
-        return sdpa_attention_forward(
-            module, query, key, value, mask, dropout=dropout, scaling=scaling,
-            is_causal=is_causal, **kwargs,
+    """transformers' attention as `_attention` falls back to it (sdpa's; the family's
+    eager one for softcapping) over the packed batch, with the mask continuous batching
+    builds for those (`_packed_mask`); a call without a packed batch, or with a mask, as
+    it comes."""
+    if mask is None and all(kwargs.get(name) is not None for name in _VARLEN):
+        mask = _packed_mask(
+            kwargs["cu_seq_lens_q"], kwargs["cu_seq_lens_k"], _causal(module, is_causal),
+            kwargs.get("sliding_window"), query.shape[2], key.shape[2],
         )  # fmt: skip
-    mask = _packed_mask(
-        kwargs["cu_seq_lens_q"], kwargs["cu_seq_lens_k"], _causal(module, is_causal),
-        query.shape[2], key.shape[2],
-    )  # fmt: skip
-    rest = {name: item for name, item in kwargs.items() if name not in _VARLEN}
-    out, _ = sdpa_attention_forward(
-        module, query, key, value, mask, dropout=dropout, scaling=scaling, is_causal=False,
-        **rest,
-    )  # fmt: skip
+        kwargs = {name: item for name, item in kwargs.items() if name not in _VARLEN}
+        is_causal = False
+    out, _ = _attention._stock(module, query, key, value, mask, dropout, scaling, is_causal, kwargs)
     return out, None
 
 
-def _packed_mask(cu_q, cu_k, causal, tokens, keys):
+def _packed_mask(cu_q, cu_k, causal, sliding_window, tokens, keys):
     """(1, 1, tokens, keys) bool, True where query i may see key j: both of one request
-    (positions past the last request: of one more), and for `causal`, bottom-right: j
-    no nearer its request's last key than i is to its last query."""
+    (positions past the last request: of one more), and j within i's reach: bottom-right
+    aligned, its distance back from i's aligned key at least 0 (causal) and less than
+    the window."""
     at_q, at_k = (torch.arange(n, device=cu_q.device) for n in (tokens, keys))
     ends_q = torch.cat([cu_q[1:], cu_q.new_tensor([tokens])])
     ends_k = torch.cat([cu_k[1:], cu_k.new_tensor([keys])])
     request_q = torch.bucketize(at_q, cu_q[1:], right=True)
     request_k = torch.bucketize(at_k, cu_k[1:], right=True)
     mask = request_q[:, None] == request_k[None, :]
+    distance = (ends_k[request_k] - at_k)[None, :] - (ends_q[request_q] - at_q)[:, None]
     if causal:
-        mask &= (ends_k[request_k] - at_k)[None, :] >= (ends_q[request_q] - at_q)[:, None]
+        mask &= distance >= 0
+    if sliding_window is not None:
+        mask &= distance < sliding_window
     return mask[None, None]
