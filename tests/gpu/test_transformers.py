@@ -11,6 +11,7 @@ import warnings
 
 import pytest
 import torch
+from packaging.version import Version
 
 from tests.hf_models import CONFIGS, prompts, tiny
 
@@ -59,11 +60,11 @@ def generate(model, ids, mask, **options):
         )
 
 
-def patched(ntt, family, dtype, device="cuda"):
+def patched(ntt, family, dtype, device="cuda", **overrides):
     """A model of `family` with `apply`'s forwards (inside catch_warnings: its warnings,
     of ops the wheel lacks, would join the case's)."""
     warnings.simplefilter("always")
-    model = tiny(family, dtype=dtype, device=device)
+    model = tiny(family, dtype=dtype, device=device, **overrides)
     ntt.apply(model)
     return model
 
@@ -152,3 +153,79 @@ def test_cpu_calls_of_a_patched_cuda_model_fall_back(ntt):
             got = model.cpu()(ids, attention_mask=mask).logits
     assert torch.equal(got, want)
     assert len(fallbacks(ntt, caught)) == 5, fallbacks(ntt, caught)
+
+
+# Continuous batching (`generate_batch`, transformers 5.x) under `ntt.batching(model)`.
+TIE = 1e-2  # logits this close to float32's best are ties bf16 may pick either of
+BATCH_REFUSED = (
+    "ntops_prebuilt: LlamaAttention's attention runs transformers' own code: float32 "
+    "tensors (its paged_attention kernels are bfloat16, float16)"
+)
+
+
+def requests():
+    """Three prompts of 5, 6 and 7 tokens: prefills of different lengths, then decodes."""
+    ids, _ = prompts(batch=3, length=7, padding=0)
+    return [row[: 5 + i].tolist() for i, row in enumerate(ids)]
+
+
+def generate_batch(model, cuda_graphs=None):
+    """Greedy tokens per request, over a small paged cache (16 pages of 16 tokens)."""
+    if Version(transformers.__version__).major < 5:
+        pytest.skip("continuous batching's packed calls are transformers 5.x's")
+    config = transformers.GenerationConfig(
+        max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=-1, pad_token_id=0
+    )
+    paging = transformers.ContinuousBatchingConfig(
+        num_blocks=16, max_batch_tokens=64, page_size=16, use_cuda_graph=cuda_graphs
+    )
+    with torch.no_grad():
+        out = model.generate_batch(
+            requests(), generation_config=config, continuous_batching_config=paging
+        )
+    return [out[name].generated_tokens for name in sorted(out)]
+
+
+def test_generate_batch_in_float32_falls_back_to_stocks_tokens(ntt):
+    """The wheel's varlen attention is built for half types: float32 runs transformers'
+    sdpa over the packed batch, with one warning."""
+    want = generate_batch(tiny("llama", device="cuda"))
+    with warnings.catch_warnings(record=True) as caught:
+        model = patched(ntt, "llama", torch.float32)
+        with ntt.batching(model):
+            got = generate_batch(model)
+    assert got == want
+    assert fallbacks(ntt, caught) == [BATCH_REFUSED]
+
+
+@pytest.mark.parametrize("cuda_graphs", [False, True])
+@pytest.mark.parametrize("family", ["llama", "gemma3_text"])
+def test_generate_batch_in_bf16_picks_float32s_best_tokens(ntt, monkeypatch, family, cuda_graphs):
+    """bf16 generate_batch on the wheel's flash_attn_varlen_func (Gemma 3: sliding layers
+    of a window shorter than the prompts): each token it picks is float32's best
+    (teacher-forced logits of stock float32) up to twice stock bf16's largest error there
+    (bf16 may swap near ties, so its tokens are not stock's)."""
+    window = {"sliding_window": 3} if family == "gemma3_text" else {}
+    calls, varlen = [], ntt._batching.nt.flash_attn_varlen_func
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return varlen(*args, **kwargs)
+
+    monkeypatch.setattr(ntt._batching.nt, "flash_attn_varlen_func", counted)
+    with warnings.catch_warnings(record=True) as caught:
+        model = patched(ntt, family, torch.bfloat16, **window)
+        with ntt.batching(model):
+            got = generate_batch(model, cuda_graphs)
+    assert fallbacks(ntt, caught) == []
+    # two layers, a call a step at least; replayed CUDA graphs call no Python
+    assert len(calls) >= (2 if cuda_graphs else 2 * NEW_TOKENS)
+    reference = tiny(family, device="cuda", **window)
+    stock = tiny(family, torch.bfloat16, "cuda", **window)
+    for prompt, tokens in zip(requests(), got, strict=True):
+        ids = torch.tensor([prompt + tokens[:-1]], device="cuda")
+        with torch.no_grad():
+            want = reference(ids).logits[0, len(prompt) - 1 :]
+            error = (stock(ids).logits[0, len(prompt) - 1 :].float() - want).abs().max()
+        picked = want.gather(-1, torch.tensor(tokens, device="cuda")[:, None])[:, 0]
+        assert (want.max(-1).values - picked <= 2 * error + TIE).all(), (tokens, error)
