@@ -106,8 +106,10 @@ def _packed_mask(cu_q, cu_k, causal, sliding_window, tokens, keys):
     aligned, its distance back from i's aligned key at least 0 (causal) and less than
     the window."""
     at_q, at_k = (torch.arange(n, device=cu_q.device) for n in (tokens, keys))
-    ends_q = torch.cat([cu_q[1:], cu_q.new_tensor([tokens])])
-    ends_k = torch.cat([cu_k[1:], cu_k.new_tensor([keys])])
+    # new_full, not new_tensor: no copy from the host (transformers captures its steps in
+    # CUDA graphs, where such a copy raises)
+    ends_q = torch.cat([cu_q[1:], cu_q.new_full((1,), tokens)])
+    ends_k = torch.cat([cu_k[1:], cu_k.new_full((1,), keys)])
     request_q = torch.bucketize(at_q, cu_q[1:], right=True)
     request_k = torch.bucketize(at_k, cu_k[1:], right=True)
     mask = request_q[:, None] == request_k[None, :]
