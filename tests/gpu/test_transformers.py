@@ -229,3 +229,76 @@ def test_generate_batch_in_bf16_picks_float32s_best_tokens(ntt, monkeypatch, fam
             error = (stock(ids).logits[0, len(prompt) - 1 :].float() - want).abs().max()
         picked = want.gather(-1, torch.tensor(tokens, device="cuda")[:, None])[:, 0]
         assert (want.max(-1).values - picked <= 2 * error + TIE).all(), (tokens, error)
+
+
+# FP8 checkpoints: transformers' FP8Linear (finegrained FP8, "quant_method": "fp8") on the
+# wheel's FP8 kernels, built for sm_89 and sm_90.
+FP8_BOUND = 0.1  # relative logits error against float32 products of the same weights
+FP8_WORSE = 1.5  # ... and against stock FP8Linear's, where it runs
+
+
+def fp8_device():
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("the wheel's FP8 kernels are built for sm_89 and sm_90")
+
+
+def stock_fp8_logits(model, ids, mask):
+    """Stock FP8Linear's logits, or None where it cannot run here: 4.56 compiles its
+    Triton kernels at the first call; 5.x loads them from the hub
+    (kernels-community/finegrained-fp8), which this machine cannot reach."""
+    try:
+        with torch.no_grad():
+            return model(ids, attention_mask=mask).logits
+    except ImportError:
+        return None
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])  # Qwen2: q, k and v with biases
+@pytest.mark.parametrize("block_size", [(128, 128), None], ids=["blocks", "tensor"])
+def test_fp8_checkpoint_logits_near_its_weights_float32_products(ntt, family, block_size):
+    """bf16 activations over FP8 weights: logits within FP8_BOUND of float32 products of
+    the same quantized weights, and, where stock FP8Linear runs, within FP8_WORSE of its
+    error."""
+    from tests.hf_models import dequantized, fp8
+
+    fp8_device()
+    if block_size is None and Version(transformers.__version__).major < 5:
+        pytest.skip("transformers 4.x's FP8Linear takes blocks only")
+    ids, mask = prompts(padding=3, device="cuda")
+    kept = mask.bool()
+    model = fp8(tiny(family, dtype=torch.bfloat16, device="cuda"), block_size=block_size)
+    with torch.no_grad():
+        want = dequantized(model).float()(ids, attention_mask=mask).logits
+    stock = stock_fp8_logits(model, ids, mask)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ntt.apply(model)
+        with torch.no_grad():
+            ours = model(ids, attention_mask=mask).logits
+    assert fallbacks(ntt, caught) == []
+    error = relative(ours, want, kept)
+    assert error < FP8_BOUND, error
+    if stock is not None:
+        stock_error = relative(stock, want, kept)
+        assert error <= max(FP8_WORSE * stock_error, FLOOR), (error, stock_error)
+
+
+def test_fp8_checkpoint_under_torch_compile_gives_eagers_tokens(ntt):
+    """FP8 products in a fullgraph Dynamo graph (static cache, float32 activations):
+    the tokens the same model gives eagerly."""
+    from transformers import CompileConfig
+
+    from tests.hf_models import fp8
+
+    fp8_device()
+    torch._dynamo.reset()
+    ids, mask = prompts(padding=0, device="cuda")
+    model = fp8(tiny("llama", device="cuda"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ntt.apply(model)
+        want = generate(model, ids, mask)
+        config = CompileConfig(fullgraph=True, backend="eager", mode=None)
+        got = generate(model, ids, mask, cache_implementation="static", compile_config=config)
+    assert torch.equal(got, want), (got, want)
+    assert fallbacks(ntt, caught) == []

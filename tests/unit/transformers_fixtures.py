@@ -10,7 +10,7 @@ import torch
 
 import ntops_prebuilt.integrations.transformers as ntt
 import ntops_prebuilt.torch as nt
-from ntops_prebuilt import _rotary, _silu_mul
+from ntops_prebuilt import _fp8_reference, _rotary, _scaled_mm, _silu_mul
 from ntops_prebuilt.integrations.transformers import _served
 from tests.hf_models import CONFIGS
 
@@ -92,6 +92,18 @@ REFERENCES = {
     "scaled_dot_product_attention": F.scaled_dot_product_attention,
     "flash_attn_with_kvcache": _softcapped,
     "flash_attn_varlen_func": _varlen,
+    "per_token_group_quant_fp8": _fp8_reference.group_reference,
+    "w8a8_block_fp8_matmul": _scaled_mm.block_reference,
+    "scaled_fp8_quant": _fp8_reference.scaled_reference,
+    "scaled_mm": _scaled_mm.reference,
+}
+# The FP8 ops' input dtypes (their kernels are built for sm_89 and sm_90 only: the tests'
+# sm_80 wheel has none).
+FP8_DTYPES = {
+    "per_token_group_quant_fp8": (torch.bfloat16, torch.float16, torch.float32),
+    "scaled_fp8_quant": (torch.bfloat16, torch.float16, torch.float32),
+    "w8a8_block_fp8_matmul": (torch.float8_e4m3fn,),
+    "scaled_mm": (torch.float8_e4m3fn,),
 }
 
 
@@ -111,7 +123,11 @@ def served_by_references(monkeypatch):
     # The softcapped attention is built for half types only; its mapping is checked in
     # float32 as the rest.
     wheel = _served.Served.of_wheel(None)
-    dtypes = {**wheel.dtypes, "paged_attention": (*wheel.dtypes["paged_attention"], torch.float32)}
+    dtypes = {
+        **wheel.dtypes,
+        **FP8_DTYPES,
+        "paged_attention": (*wheel.dtypes["paged_attention"], torch.float32),
+    }
     widened = type(wheel)(dtypes, wheel.head_dims, None)
     monkeypatch.setattr(_served.Served, "of_wheel", classmethod(lambda cls, capability: widened))
     return calls

@@ -66,6 +66,7 @@ OPS = {
     "norm": ("rms_norm",),
     "mlp": (),  # its activation's (_layers.ACTIVATIONS)
     "linear": ("mm", "addmm"),
+    "fp8_linear": (),  # its weight layout's (_layers.FP8_OPS)
     "rotary": ("rotary_position_embedding",),
     "self_attention": ("rotary_position_embedding",),  # and a product (`_fits`)
 }
@@ -126,7 +127,7 @@ def apply(model, *, attention=True, norms=True, rotary=True, mlp=True, linear=Tr
     served = Served.of_wheel(_capability(_device(model)))
     if attention:
         _use_attention(model, patched, device=_device(model))
-    wanted = {"norm": norms, "mlp": mlp, "linear": linear, "rotary": rotary}
+    wanted = {"norm": norms, "mlp": mlp, "linear": linear, "fp8_linear": linear, "rotary": rotary}
     # The attention modules' own forward, over fused projections, where the attention,
     # the rotation and the products are all the wheel's.
     wanted["self_attention"] = "attention" in patched.modules and rotary and linear
@@ -155,6 +156,8 @@ def _forward(kind, module, served, offset, patched, fuse):
         return _layers.rms_norm(module, original, served, offset)
     if kind == "linear":
         return _layers.linear(module, original, served)
+    if kind == "fp8_linear":
+        return _layers.fp8_linear(module, original, served)
     if kind == "rotary":
         _install_rotary(sys.modules[type(module).__module__], served)
         return _layers.half_tables(original)
@@ -212,10 +215,13 @@ def _family(model):
 
 
 def _kind(module, prefix):
-    """Which of OPS' kinds `module` is, by its class (the family's own, or nn.Linear)."""
+    """Which of OPS' kinds `module` is, by its class (the family's own, nn.Linear, or
+    transformers' FP8Linear of finegrained FP8 checkpoints)."""
     if type(module) is torch.nn.Linear:
         return "linear"
     name = type(module).__name__
+    if name == "FP8Linear" and type(module).__module__.endswith("integrations.finegrained_fp8"):
+        return "fp8_linear"
     suffixes = (
         ("norm", "RMSNorm"), ("mlp", "MLP"), ("rotary", "RotaryEmbedding"),
         ("self_attention", "Attention"),
@@ -229,7 +235,7 @@ def _kind(module, prefix):
 def _has_ops(served, kind, module):
     """Whether the wheel has every op `kind` needs for `module`; if not, a warning."""
     what = "nn.Linear" if kind == "linear" else type(module).__name__
-    ops = OPS[kind]
+    ops = _layers.fp8_ops(module) if kind == "fp8_linear" else OPS[kind]
     if kind == "self_attention":  # its parts, served one by one, warn for themselves
         return all(served.missing(op) is None for op in ops)
     if kind == "mlp":
