@@ -6,6 +6,8 @@ softcapped attention are built for), biases where the family has them (Qwen2), w
 and softcapping where it has them (Mistral, Gemma 2 and 3) longer than the tests' prompts
 unless a test asks otherwise."""
 
+import inspect
+
 import torch
 
 SIZES = {
@@ -61,3 +63,72 @@ def prompts(batch=2, length=7, padding=2, vocab=SIZES["vocab_size"], device="cpu
     mask[0, :padding] = 0
     ids[0, :padding] = 0
     return ids.to(device), mask.to(device)
+
+
+def fp8(model, block_size=(128, 128), activation_scale=None):
+    """`model` as a finegrained FP8 checkpoint loads (FineGrainedFP8Config, "quant_method":
+    "fp8"): every nn.Linear but the head made transformers' FP8Linear, its weight
+    quantized as transformers' quantizer does (float8_e4m3fn, scaled per `block_size`
+    block by amax / 448, kept as `weight_scale_inv`; one block of the whole weight where
+    None), with a static `activation_scale` where given (5.x). Built on the linears'
+    device, in place; returns the model."""
+    from transformers.integrations.finegrained_fp8 import FP8Linear
+
+    takes = inspect.signature(FP8Linear).parameters  # 4.56: bias=, 5.x: has_bias=
+    for name, linear in list(model.named_modules()):
+        if type(linear) is not torch.nn.Linear or name == "lm_head":
+            continue
+        has_bias = {"has_bias" if "has_bias" in takes else "bias": linear.bias is not None}
+        with torch.device(linear.weight.device):
+            quantized = FP8Linear(
+                linear.in_features, linear.out_features, block_size=block_size, **has_bias,
+                **({"activation_scheme": "static"} if activation_scale is not None else {}),
+            )  # fmt: skip
+        weight, scale_inv = _fp8_blocks(linear.weight.detach().float(), block_size)
+        quantized.weight = torch.nn.Parameter(weight, requires_grad=False)
+        quantized.weight_scale_inv = torch.nn.Parameter(scale_inv, requires_grad=False)
+        if linear.bias is not None:
+            quantized.bias = torch.nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
+        if activation_scale is not None:
+            scale = torch.tensor(activation_scale, device=linear.weight.device)
+            quantized.activation_scale = torch.nn.Parameter(scale, requires_grad=False)
+        model.set_submodule(name, quantized)
+    return model
+
+
+def _fp8_blocks(weight, block_size):
+    """(float8_e4m3fn weight, float32 scale inverses) of a float32 (N, K) weight, per
+    (block_n, block_k) block (whole where None): scale inverse amax / 448 (1 for a block
+    of zeros), values weight / scale inverse saturated."""
+    n, k = weight.shape
+    bn, bk = (n, k) if block_size is None else block_size
+    blocks = weight.reshape(n // bn, bn, k // bk, bk)
+    amax = blocks.abs().amax(dim=(1, 3))
+    inverse = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
+    values = (blocks / inverse[:, None, :, None]).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+    if block_size is None:
+        inverse = inverse.reshape(())
+    return values.reshape(n, k), inverse
+
+
+def dequantized(model):
+    """A copy of an `fp8` model with nn.Linears of its FP8 weights times their scales
+    (float32 products of exactly the quantized weights: the FP8 path's error is then its
+    activations' quantization and its rounding)."""
+    import copy
+
+    dense = copy.deepcopy(model)
+    for name, module in list(dense.named_modules()):
+        if type(module).__name__ != "FP8Linear":
+            continue
+        n, k = module.weight.shape
+        bn, bk = (n, k) if module.block_size is None else module.block_size
+        scales = module.weight_scale_inv.float().reshape(n // bn, k // bk)
+        blocks = module.weight.float().reshape(n // bn, bn, k // bk, bk) * scales[:, None, :, None]
+        with torch.device(module.weight.device):
+            linear = torch.nn.Linear(k, n, bias=module.bias is not None)
+        linear.weight = torch.nn.Parameter(blocks.reshape(n, k), requires_grad=False)
+        if module.bias is not None:
+            linear.bias = torch.nn.Parameter(module.bias.detach().clone(), requires_grad=False)
+        dense.set_submodule(name, linear)
+    return dense

@@ -13,9 +13,12 @@ time as a user sees it, four ways:
 
 Each way runs in a process of its own (this script with --worker): the eager ones import
 no compiler, and a timeout of the whole leaves the ways measured so far in the JSON, which
-is written after each. Before timing, each checks its prefill's last logits against stock
-eager's in the same process (bf16: within BOUND). Issue 33's goals: ntops eager TPOT <=
-0.6x stock eager's, ntops compiled <= 1.0x stock compiled's.
+is written after each. `--rounds N` runs the ways in turn N times and reports medians and
+each round's ratio: the host's speed drifts (two runs of one round each put ntops
+compiled at 0.79x and 1.10x stock compiled at batch 1). Before timing, each checks its
+prefill's last logits against stock eager's in the same process (bf16: within BOUND).
+Issue 33's goals: ntops eager TPOT <= 0.6x stock eager's, ntops compiled <= 1.0x stock
+compiled's.
 
     python tests/benchmarks/bench_transformers.py --json bench.json --png bench.png
     python tests/benchmarks/bench_transformers.py --from-json bench.json --png bench.png
@@ -183,6 +186,23 @@ def run_way(way, arguments):
     return {int(batch): row for batch, row in json.loads(run.stdout.splitlines()[-1]).items()}
 
 
+def combined(rounds):
+    """One way's rounds as one row a batch: each figure's median over the rounds that
+    measured it, and the TPOT of every round (`tpot_rounds_ms`); an error where none
+    did."""
+    measured = [row for row in rounds if "error" not in row]
+    if not measured:
+        return rounds[-1]
+    rows = {}
+    for batch in measured[0]:
+        figures = [row[batch] for row in measured if batch in row]
+        rows[batch] = {
+            key: statistics.median(figure[key] for figure in figures) for key in figures[0]
+        }
+        rows[batch]["tpot_rounds_ms"] = [figure["tpot_ms"] for figure in figures]
+    return rows
+
+
 def environment():
     import torch
     import transformers
@@ -212,7 +232,16 @@ def table(report):
         ours, stock = ways.get(f"ntops {kind}", {}), ways.get(f"stock {kind}", {})
         for batch in sorted(b for b in ours if b != "error" and b in stock):
             ratio = ours[batch]["tpot_ms"] / stock[batch]["tpot_ms"]
-            lines.append(f"TPOT ntops / stock {kind}, batch {batch}: {ratio:.2f} (goal <= {goal})")
+            line = f"TPOT ntops / stock {kind}, batch {batch}: {ratio:.2f} (goal <= {goal})"
+            pairs = zip(
+                ours[batch].get("tpot_rounds_ms", ()),
+                stock[batch].get("tpot_rounds_ms", ()),
+                strict=False,
+            )
+            each = [f"{mine / theirs:.2f}" for mine, theirs in pairs]
+            if len(each) > 1:  # round by round: ours against stock's run just before it
+                line += f"; by round {', '.join(each)}"
+            lines.append(line)
     return lines
 
 
@@ -260,6 +289,10 @@ def parse():
     parser.add_argument("--tokens", type=int, default=33, help="tokens per timed generate()")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
+        "--rounds", type=int, default=1,
+        help="run the ways in turn this many times, each in a new process (medians)",
+    )  # fmt: skip
+    parser.add_argument(
         "--ways", default=",".join(WAYS), help="comma-separated, of " + ", ".join(WAYS)
     )
     parser.add_argument("--timeout", type=float, help="seconds a way may take (default: no limit)")
@@ -291,12 +324,15 @@ def main():
         }
     else:
         report = {"environment": environment(), "layers": arguments.layers, "ways": {}}
-        for way in arguments.ways.split(","):
-            report["ways"][way] = run_way(way, arguments)
-            print(way, json.dumps(report["ways"][way]), flush=True)
-            if arguments.json:
-                with open(arguments.json, "w") as file:
-                    json.dump(report, file, indent=1)
+        rounds = {way: [] for way in arguments.ways.split(",")}
+        for _ in range(arguments.rounds):  # the ways in turn: the host's drift hits each
+            for way in rounds:
+                rounds[way].append(run_way(way, arguments))
+                print(way, json.dumps(rounds[way][-1]), flush=True)
+                report["ways"][way] = combined(rounds[way])
+                if arguments.json:
+                    with open(arguments.json, "w") as file:
+                        json.dump(report, file, indent=1)
     print("\n".join(table(report)))
     if arguments.png:
         try:

@@ -11,6 +11,7 @@ import warnings
 
 import pytest
 import torch
+from packaging.version import Version
 
 from tests.hf_models import CONFIGS, prompts, tiny
 
@@ -59,11 +60,11 @@ def generate(model, ids, mask, **options):
         )
 
 
-def patched(ntt, family, dtype, device="cuda"):
+def patched(ntt, family, dtype, device="cuda", **overrides):
     """A model of `family` with `apply`'s forwards (inside catch_warnings: its warnings,
     of ops the wheel lacks, would join the case's)."""
     warnings.simplefilter("always")
-    model = tiny(family, dtype=dtype, device=device)
+    model = tiny(family, dtype=dtype, device=device, **overrides)
     ntt.apply(model)
     return model
 
@@ -152,3 +153,152 @@ def test_cpu_calls_of_a_patched_cuda_model_fall_back(ntt):
             got = model.cpu()(ids, attention_mask=mask).logits
     assert torch.equal(got, want)
     assert len(fallbacks(ntt, caught)) == 5, fallbacks(ntt, caught)
+
+
+# Continuous batching (`generate_batch`, transformers 5.x) under `ntt.batching(model)`.
+TIE = 1e-2  # logits this close to float32's best are ties bf16 may pick either of
+BATCH_REFUSED = (
+    "ntops_prebuilt: LlamaAttention's attention runs transformers' own code: float32 "
+    "tensors (its paged_attention kernels are bfloat16, float16)"
+)
+
+
+def requests():
+    """Three prompts of 5, 6 and 7 tokens: prefills of different lengths, then decodes."""
+    ids, _ = prompts(batch=3, length=7, padding=0)
+    return [row[: 5 + i].tolist() for i, row in enumerate(ids)]
+
+
+def generate_batch(model, cuda_graphs=None):
+    """Greedy tokens per request, over a small paged cache (16 pages of 16 tokens)."""
+    if Version(transformers.__version__).major < 5:
+        pytest.skip("continuous batching's packed calls are transformers 5.x's")
+    config = transformers.GenerationConfig(
+        max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=-1, pad_token_id=0
+    )
+    paging = transformers.ContinuousBatchingConfig(
+        num_blocks=16, max_batch_tokens=64, page_size=16, use_cuda_graph=cuda_graphs
+    )
+    with torch.no_grad():
+        out = model.generate_batch(
+            requests(), generation_config=config, continuous_batching_config=paging
+        )
+    return [out[name].generated_tokens for name in sorted(out)]
+
+
+def test_generate_batch_in_float32_falls_back_to_stocks_tokens(ntt):
+    """The wheel's varlen attention is built for half types: float32 runs transformers'
+    sdpa over the packed batch, with one warning."""
+    want = generate_batch(tiny("llama", device="cuda"))
+    with warnings.catch_warnings(record=True) as caught:
+        model = patched(ntt, "llama", torch.float32)
+        with ntt.batching(model):
+            got = generate_batch(model)
+    assert got == want
+    assert fallbacks(ntt, caught) == [BATCH_REFUSED]
+
+
+@pytest.mark.parametrize("cuda_graphs", [False, True])
+@pytest.mark.parametrize("family", ["llama", "gemma3_text"])
+def test_generate_batch_in_bf16_picks_float32s_best_tokens(ntt, monkeypatch, family, cuda_graphs):
+    """bf16 generate_batch on the wheel's flash_attn_varlen_func (Gemma 3: sliding layers
+    of a window shorter than the prompts): each token it picks is float32's best
+    (teacher-forced logits of stock float32) up to twice stock bf16's largest error there
+    (bf16 may swap near ties, so its tokens are not stock's)."""
+    window = {"sliding_window": 3} if family == "gemma3_text" else {}
+    calls, varlen = [], ntt._batching.nt.flash_attn_varlen_func
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return varlen(*args, **kwargs)
+
+    monkeypatch.setattr(ntt._batching.nt, "flash_attn_varlen_func", counted)
+    with warnings.catch_warnings(record=True) as caught:
+        model = patched(ntt, family, torch.bfloat16, **window)
+        with ntt.batching(model):
+            got = generate_batch(model, cuda_graphs)
+    assert fallbacks(ntt, caught) == []
+    # two layers, a call a step at least; replayed CUDA graphs call no Python
+    assert len(calls) >= (2 if cuda_graphs else 2 * NEW_TOKENS)
+    reference = tiny(family, device="cuda", **window)
+    stock = tiny(family, torch.bfloat16, "cuda", **window)
+    for prompt, tokens in zip(requests(), got, strict=True):
+        ids = torch.tensor([prompt + tokens[:-1]], device="cuda")
+        with torch.no_grad():
+            want = reference(ids).logits[0, len(prompt) - 1 :]
+            error = (stock(ids).logits[0, len(prompt) - 1 :].float() - want).abs().max()
+        picked = want.gather(-1, torch.tensor(tokens, device="cuda")[:, None])[:, 0]
+        assert (want.max(-1).values - picked <= 2 * error + TIE).all(), (tokens, error)
+
+
+# FP8 checkpoints: transformers' FP8Linear (finegrained FP8, "quant_method": "fp8") on the
+# wheel's FP8 kernels, built for sm_89 and sm_90.
+FP8_BOUND = 0.1  # relative logits error against float32 products of the same weights
+FP8_WORSE = 1.5  # ... and against stock FP8Linear's, where it runs
+
+
+def fp8_device():
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("the wheel's FP8 kernels are built for sm_89 and sm_90")
+
+
+def stock_fp8_logits(model, ids, mask):
+    """Stock FP8Linear's logits, or None where it cannot run here: 4.56 compiles its
+    Triton kernels at the first call; 5.x loads them from the hub
+    (kernels-community/finegrained-fp8), which this machine cannot reach."""
+    try:
+        with torch.no_grad():
+            return model(ids, attention_mask=mask).logits
+    except ImportError:
+        return None
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])  # Qwen2: q, k and v with biases
+@pytest.mark.parametrize("block_size", [(128, 128), None], ids=["blocks", "tensor"])
+def test_fp8_checkpoint_logits_near_its_weights_float32_products(ntt, family, block_size):
+    """bf16 activations over FP8 weights: logits within FP8_BOUND of float32 products of
+    the same quantized weights, and, where stock FP8Linear runs, within FP8_WORSE of its
+    error."""
+    from tests.hf_models import dequantized, fp8
+
+    fp8_device()
+    if block_size is None and Version(transformers.__version__).major < 5:
+        pytest.skip("transformers 4.x's FP8Linear takes blocks only")
+    ids, mask = prompts(padding=3, device="cuda")
+    kept = mask.bool()
+    model = fp8(tiny(family, dtype=torch.bfloat16, device="cuda"), block_size=block_size)
+    with torch.no_grad():
+        want = dequantized(model).float()(ids, attention_mask=mask).logits
+    stock = stock_fp8_logits(model, ids, mask)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ntt.apply(model)
+        with torch.no_grad():
+            ours = model(ids, attention_mask=mask).logits
+    assert fallbacks(ntt, caught) == []
+    error = relative(ours, want, kept)
+    assert error < FP8_BOUND, error
+    if stock is not None:
+        stock_error = relative(stock, want, kept)
+        assert error <= max(FP8_WORSE * stock_error, FLOOR), (error, stock_error)
+
+
+def test_fp8_checkpoint_under_torch_compile_gives_eagers_tokens(ntt):
+    """FP8 products in a fullgraph Dynamo graph (static cache, float32 activations):
+    the tokens the same model gives eagerly."""
+    from transformers import CompileConfig
+
+    from tests.hf_models import fp8
+
+    fp8_device()
+    torch._dynamo.reset()
+    ids, mask = prompts(padding=0, device="cuda")
+    model = fp8(tiny("llama", device="cuda"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ntt.apply(model)
+        want = generate(model, ids, mask)
+        config = CompileConfig(fullgraph=True, backend="eager", mode=None)
+        got = generate(model, ids, mask, cache_implementation="static", compile_config=config)
+    assert torch.equal(got, want), (got, want)
+    assert fallbacks(ntt, caught) == []

@@ -102,6 +102,7 @@ def test_runtime_subpackages_ship_under_their_folders():
         "integrations/__init__.py",
         "integrations/transformers/__init__.py",
         "integrations/transformers/_attention.py",
+        "integrations/transformers/_batching.py",
         "integrations/transformers/_fused.py",
         "integrations/transformers/_layers.py",
         "integrations/transformers/_self_attention.py",

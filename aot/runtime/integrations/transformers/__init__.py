@@ -22,11 +22,14 @@ What the wheel cannot serve runs transformers' own code, with one warning
 (`FallbackWarning`) per part and reason: an op the wheel was not built with, a dtype or
 head dim it has no kernels for, CPU tensors, gradients, dropout, softcapped attention
 under a mask. Under torch.compile the wheel's functions are torch.library ops and the
-warnings are given while Dynamo traces: nothing here breaks a graph. Continuous batching
-(`generate_batch`, paged caches) is not served in this version: transformers takes only
-its own implementation names there.
+warnings are given while Dynamo traces: nothing here breaks a graph.
+
+Continuous batching (transformers 5.x's `generate_batch`) runs within `batching(model)`,
+as attn_implementation "ntops_flash" (PAGED) on the wheel's flash_attn_varlen_func
+(`_batching`; its decode fast path over block tables stays transformers' to turn off).
 """
 
+import contextlib
 import dataclasses
 import sys
 from collections.abc import Callable
@@ -37,12 +40,15 @@ from packaging.version import Version
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from . import _attention, _layers, _self_attention
+from . import _attention, _batching, _layers, _self_attention
 from ._attention import NAME
+from ._batching import PAGED
 from ._fused import Fused
 from ._served import FallbackWarning, Served, fall_back
 
-__all__ = ["FAMILIES", "NAME", "FallbackWarning", "Patched", "apply", "register"]
+__all__ = [
+    "FAMILIES", "NAME", "PAGED", "FallbackWarning", "Patched", "apply", "batching", "register",
+]  # fmt: skip
 
 OLDEST = Version("4.56")  # AttentionMaskInterface with sdpa's masks, set_attn_implementation
 # config.model_type -> (the prefix of its module classes, 1 where RMSNorm scales by 1 + weight).
@@ -60,6 +66,7 @@ OPS = {
     "norm": ("rms_norm",),
     "mlp": (),  # its activation's (_layers.ACTIVATIONS)
     "linear": ("mm", "addmm"),
+    "fp8_linear": (),  # its weight layout's (_layers.FP8_OPS)
     "rotary": ("rotary_position_embedding",),
     "self_attention": ("rotary_position_embedding",),  # and a product (`_fits`)
 }
@@ -81,12 +88,31 @@ class Patched:
 
 
 def register(device=None):
-    """Make attn_implementation "ntops" the wheel's attention, with sdpa's masks, for
-    kernels that run on `device` (default: the current CUDA device, if any)."""
+    """Make attn_implementation "ntops" the wheel's attention, with sdpa's masks, and
+    "ntops_flash" (PAGED) continuous batching's (`generate_batch`), for kernels that run
+    on `device` (default: the current CUDA device, if any)."""
     served = Served.of_wheel(_capability(device))
     AttentionInterface.register(NAME, _attention.attention(served))
-    AttentionMaskInterface.register(NAME, sdpa_mask)
+    AttentionInterface.register(PAGED, _batching.attention(served))
+    for name in (NAME, PAGED):
+        AttentionMaskInterface.register(name, sdpa_mask)
     return served
+
+
+@contextlib.contextmanager
+def batching(model):
+    """Within: `model.generate_batch(...)` (transformers 5.x continuous batching) on the
+    wheel's flash_attn_varlen_func, attn_implementation PAGED ("ntops_flash"; `_batching`
+    says why that name). Set on the config itself: `set_attn_implementation` loads a
+    flash name's functions through flash_attn or a hub kernel, and finds neither. The
+    attn_implementation the model had is back on leaving."""
+    register(_device(model))
+    before = model.config._attn_implementation
+    model.config._attn_implementation = PAGED
+    try:
+        yield model
+    finally:
+        model.config._attn_implementation = before
 
 
 def apply(model, *, attention=True, norms=True, rotary=True, mlp=True, linear=True):
@@ -101,7 +127,7 @@ def apply(model, *, attention=True, norms=True, rotary=True, mlp=True, linear=Tr
     served = Served.of_wheel(_capability(_device(model)))
     if attention:
         _use_attention(model, patched, device=_device(model))
-    wanted = {"norm": norms, "mlp": mlp, "linear": linear, "rotary": rotary}
+    wanted = {"norm": norms, "mlp": mlp, "linear": linear, "fp8_linear": linear, "rotary": rotary}
     # The attention modules' own forward, over fused projections, where the attention,
     # the rotation and the products are all the wheel's.
     wanted["self_attention"] = "attention" in patched.modules and rotary and linear
@@ -130,6 +156,8 @@ def _forward(kind, module, served, offset, patched, fuse):
         return _layers.rms_norm(module, original, served, offset)
     if kind == "linear":
         return _layers.linear(module, original, served)
+    if kind == "fp8_linear":
+        return _layers.fp8_linear(module, original, served)
     if kind == "rotary":
         _install_rotary(sys.modules[type(module).__module__], served)
         return _layers.half_tables(original)
@@ -142,9 +170,9 @@ def _forward(kind, module, served, offset, patched, fuse):
         linears = _self_attention.fusable(module)
         if updates is None or linears is None or not _fits(served, linears):
             return None
-        function = _attention.attention(served)
+        functions = {NAME: _attention.attention(served), PAGED: _batching.attention(served)}
         forward, fused = _self_attention.forward(
-            module, original, served, function, updates, _extras(module)
+            module, original, served, functions, updates, _extras(module)
         )
     if fused is not None:
         patched.undo.append(fused.unshare)
@@ -187,10 +215,13 @@ def _family(model):
 
 
 def _kind(module, prefix):
-    """Which of OPS' kinds `module` is, by its class (the family's own, or nn.Linear)."""
+    """Which of OPS' kinds `module` is, by its class (the family's own, nn.Linear, or
+    transformers' FP8Linear of finegrained FP8 checkpoints)."""
     if type(module) is torch.nn.Linear:
         return "linear"
     name = type(module).__name__
+    if name == "FP8Linear" and type(module).__module__.endswith("integrations.finegrained_fp8"):
+        return "fp8_linear"
     suffixes = (
         ("norm", "RMSNorm"), ("mlp", "MLP"), ("rotary", "RotaryEmbedding"),
         ("self_attention", "Attention"),
@@ -204,7 +235,7 @@ def _kind(module, prefix):
 def _has_ops(served, kind, module):
     """Whether the wheel has every op `kind` needs for `module`; if not, a warning."""
     what = "nn.Linear" if kind == "linear" else type(module).__name__
-    ops = OPS[kind]
+    ops = _layers.fp8_ops(module) if kind == "fp8_linear" else OPS[kind]
     if kind == "self_attention":  # its parts, served one by one, warn for themselves
         return all(served.missing(op) is None for op in ops)
     if kind == "mlp":

@@ -80,7 +80,7 @@ def _refusal(served, query, key, value, mask, dropout, kwargs):
     if kwargs.get("position_bias") is not None:
         return "a position bias"
     if kwargs.get("cache") is not None:
-        return "a paged cache (continuous batching: not served in this version)"
+        return "a paged cache (continuous batching: generate_batch within ntt.batching(model))"
     if mask is None:
         return None
     if softcap:

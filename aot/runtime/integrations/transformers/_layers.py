@@ -97,7 +97,7 @@ def fused_op(fused):
     return "mm" if fused.bias is None else "addmm"
 
 
-def linear(module, original, served):
+def linear(module, original, served, what="nn.Linear"):
     """nn.Linear: `x @ weight.t()` (+ bias) over x's leading dims as rows; the wheel's
     products take the weight in nn.Linear's layout as it is (a transposed view)."""
 
@@ -108,13 +108,104 @@ def linear(module, original, served):
         else:
             why = served.refusal("addmm", x, weight, bias)
         if why is not None:
-            fall_back("nn.Linear", why)
+            fall_back(what, why)
             return original(x)
         rows = x.reshape(-1, x.shape[-1])
         out = nt.mm(rows, weight.t()) if bias is None else nt.addmm(bias, rows, weight.t())
         return out.view(*x.shape[:-1], out.shape[-1])
 
     return forward
+
+
+# transformers' FP8Linear (finegrained FP8 checkpoints, "quant_method": "fp8"): the ops
+# its two weight layouts take, by block_size (None: one scale for the whole weight).
+FP8_OPS = {
+    "blocks": ("per_token_group_quant_fp8", "w8a8_block_fp8_matmul"),
+    "tensor": ("scaled_fp8_quant", "scaled_mm"),
+}
+FP8_BLOCK = (128, 128)  # the blocks w8a8_block_fp8_matmul was built for
+
+
+def fp8_ops(module):
+    """The wheel's ops an FP8Linear's forward launches (a dequantized one: a product's)."""
+    if module.weight.element_size() > 1:
+        return ("mm",) if module.bias is None else ("addmm",)
+    return FP8_OPS["tensor" if module.block_size is None else "blocks"]
+
+
+def fp8_linear(module, original, served):
+    """transformers' FP8Linear: float8_e4m3fn weights (nn.Linear's layout) with float32
+    scales per 128 x 128 block (`weight_scale_inv`, DeepSeek-style checkpoints) or one
+    for the whole weight. Activations are quantized as transformers' kernels do, per
+    token and group of 128 for blocks (per_token_group_quant_fp8, then
+    w8a8_block_fp8_matmul), per token for a per-tensor weight, or by the checkpoint's
+    static `activation_scale` (scaled_fp8_quant, then scaled_mm); products in fp32,
+    rounded once to x's dtype, the bias added after. A weight held dequantized (the
+    `dequantize` option) is an nn.Linear's product. Stock transformers runs these
+    through Triton kernels it compiles at the first call (4.56) or loads from the hub
+    (`kernels-community/finegrained-fp8`, 5.x): here nothing is compiled or fetched."""
+    what = "FP8Linear"
+    dense = linear(module, original, served, what)
+
+    def forward(x):
+        if module.weight.element_size() > 1:
+            return dense(x)
+        why = _fp8_refusal(module, served, x)
+        if why is not None:
+            fall_back(what, why)
+            return original(x)
+        rows = x.reshape(-1, x.shape[-1])
+        weight, bias = module.weight, module.bias
+        if module.block_size is None:
+            static = getattr(module, "activation_scale", None)
+            values, scales = nt.scaled_fp8_quant(rows, static, use_per_token_if_dynamic=True)
+            served_bias = bias is not None and bias.dtype == x.dtype
+            out = nt.scaled_mm(
+                values, weight.t(), scales, module.weight_scale_inv,
+                bias=bias if served_bias else None, out_dtype=x.dtype,
+            )  # fmt: skip
+            if bias is not None and not served_bias:
+                out = out + bias
+        else:
+            values, scales = nt.per_token_group_quant_fp8(rows, FP8_BLOCK[1])
+            out = nt.w8a8_block_fp8_matmul(
+                values, weight, scales, module.weight_scale_inv, list(FP8_BLOCK),
+                output_dtype=x.dtype,
+            )  # fmt: skip
+            if bias is not None:
+                out = out + bias
+        return out.view(*x.shape[:-1], out.shape[-1])
+
+    return forward
+
+
+def _fp8_refusal(module, served, x):
+    """Why the wheel cannot run this FP8Linear call, or None."""
+    quantize, product = fp8_ops(module)
+    why = served.refusal(quantize, x)
+    if why is not None:
+        return why
+    if module.weight.dtype != torch.float8_e4m3fn:
+        return f"{module.weight.dtype} weights (the wheel's FP8 products take float8_e4m3fn)"
+    scales = module.weight_scale_inv
+    if scales.dtype != torch.float32:
+        return f"weight scales of {scales.dtype} (the wheel's FP8 products take float32 ones)"
+    if module.weight.device != x.device or scales.device != x.device:
+        return "weights on another device than the input"
+    static = getattr(module, "activation_scale", None)
+    if module.block_size is None:
+        if scales.numel() != 1:
+            return f"weight scales of shape {list(scales.shape)} without a block size"
+        if static is not None and (static.numel() != 1 or static.dtype != torch.float32):
+            return "an activation scale that is not one float32 value"
+        return None
+    if tuple(module.block_size) != FP8_BLOCK:
+        return f"blocks of {list(module.block_size)} (its {product} kernels take 128 x 128)"
+    if static is not None:
+        return "a static activation scale with block-scaled weights (built: dynamic, per group)"
+    if x.shape[-1] % FP8_BLOCK[1]:
+        return f"in_features {x.shape[-1]}, not a multiple of 128 (its {product} kernels')"
+    return None
 
 
 def half_tables(original):

@@ -7,14 +7,13 @@ for the attention where the unfused path makes 9 (3 products, 2 rotations), and 
 Python calls.
 
 Calls the fused path does not take run transformers' forward, whose projections and
-rotation are served one by one: another attn_implementation than "ntops" (set after
-`apply`), arguments by position past the mask, full rotary tables (a rotary embedding
-`apply` did not patch), and what the wheel cannot serve (the parts of transformers'
-forward then warn, each for itself)."""
+rotation are served one by one: another attn_implementation than "ntops" or
+"ntops_flash" (set after `apply`), arguments by position past the mask, full rotary
+tables (a rotary embedding `apply` did not patch), and what the wheel cannot serve (the
+parts of transformers' forward then warn, each for itself)."""
 
 import inspect
 
-from ._attention import NAME
 from ._fused import Fused
 from ._layers import fused_op, rotate
 
@@ -41,9 +40,10 @@ def fusable(module):
     return linears if None not in linears and Fused.fits(linears) else None
 
 
-def forward(module, original, served, attention, updates, extras):
+def forward(module, original, served, attentions, updates, extras):
     """The forward of attention `module` over its fused projections (`Fused`, made
-    here), with `attention` (the AttentionInterface function of "ntops"), the cache
+    here), with `attentions` (attn_implementation -> its AttentionInterface function:
+    "ntops"'s, and "ntops_flash"'s for continuous batching), the cache
     convention `updates` and the keyword arguments its family's forward gives the
     attention function (`extras`: a sliding window, Gemma 2's softcapping). Returns
     (forward, fused)."""
@@ -57,7 +57,7 @@ def forward(module, original, served, attention, updates, extras):
         cos, sin = position_embeddings
         if (
             args
-            or config._attn_implementation != NAME
+            or config._attn_implementation not in attentions
             or cos.shape[-1] * 2 != dim
             or served.refusal(product, hidden_states, *fused.tensors()) is not None
             or served.refusal("rotary_position_embedding", hidden_states, cos, sin) is not None
@@ -83,7 +83,7 @@ def forward(module, original, served, attention, updates, extras):
         elif cache is not None:
             k, v = cache.update(k, v, module.layer_idx, arguments)
         dropout = module.attention_dropout if module.training else 0.0
-        out, weights = attention(
+        out, weights = attentions[config._attn_implementation](
             module, q, k, v, attention_mask, dropout=dropout, scaling=module.scaling,
             **extras, **kwargs,
         )  # fmt: skip
