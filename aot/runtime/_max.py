@@ -11,10 +11,18 @@ import torch
 from . import _C
 from . import _checks as check
 from ._library import compiling, fake, implementation, routed, traced
-from ._reductions import as_rows, chunk_size, chunks, result_shape, written, written_pair
+from ._reductions import (
+    as_rows,
+    chunk_size,
+    chunks,
+    layout,
+    result_shape,
+    written,
+    written_pair,
+)
 
 _launch = _C.launch
-_MAX = check.groups("max")[()]
+_MAX = {kind: check.groups("max", "layout")[(kind,)] for kind in ("rows", "columns")}
 
 
 def _largest(op, input, dim, keepdim):
@@ -43,20 +51,28 @@ def _rows(rows):
     """Each row's largest value and its index, (rows, 1) each: one launch over rows of
     up to a chunk, else one over their chunks and one over the chunks' results (the
     same kernel, reading the indices it left: `gather`), and so on while those span
-    more than a chunk."""
+    more than a chunk. Rows side by side take the kernels of layout "columns", whose
+    results are laid out side by side again."""
     count, n = rows.shape
-    size = chunk_size("max")
     # Positions are counted, not read, until the kernel gathers: a stand-in, stride 0.
     positions = torch.empty((), dtype=torch.int64, device=rows.device).expand(count, n)
     gather = 0
     while True:
-        parts = chunks(n, size)
-        values = torch.empty(count, parts, dtype=rows.dtype, device=rows.device)
-        indices = torch.empty(count, parts, dtype=torch.int64, device=rows.device)
-        _launch(_MAX, rows, positions, gather, values, indices)
+        kind = layout(rows)
+        parts = chunks(n, chunk_size("max", layout=kind))
+        values = _results(count, parts, rows.dtype, kind, rows.device)
+        indices = _results(count, parts, torch.int64, kind, rows.device)
+        _launch(_MAX[kind], rows, positions, gather, values, indices)
         if parts == 1:
             return values, indices
         rows, positions, gather, n = values, indices, 1, parts
+
+
+def _results(count, parts, dtype, kind, device):
+    """(count, parts) results, side by side (stride 1 along dim 0) for layout "columns"."""
+    if kind == "columns":
+        return torch.empty(parts, count, dtype=dtype, device=device).t()
+    return torch.empty(count, parts, dtype=dtype, device=device)
 
 
 @implementation("max")
