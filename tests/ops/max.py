@@ -176,8 +176,8 @@ def check_columns(nt):
     """Leading dims reduced: rows side by side, layout "columns" (blocks of 64 rows,
     chunks of 256 of their elements): 70 rows (a block and part of one) of 1100 (5
     chunks, a second launch gathering their indices), ties everywhere and across
-    chunks, NaN beside +inf, a row of -inf, one of one value, -0.0 before +0.0; the
-    leading dim of a 3-dim tensor; half types."""
+    chunks, NaN beside +inf, a row of -inf, one of one value, -0.0 before +0.0; every
+    other row of those; the leading dim of a 3-dim tensor; half types."""
     from ntops_prebuilt._reductions import as_rows, layout
 
     x = torch.randint(-3, 3, (1100, 70)).float()
@@ -192,6 +192,9 @@ def check_columns(nt):
     assert nt.max(x, 0).values[5].signbit()
     exactly(nt.max(x, 0, True), torch.max(x, 0, True))
     assert torch.equal(nt.argmax(x, 0), torch.argmax(x, 0))
+    sliced = x[:, ::2]  # rows 2 apart, their elements 70
+    assert layout(as_rows(sliced, (0,))) == "columns"
+    exactly(nt.max(sliced, 0), torch.max(sliced, 0))
     cube = torch.randint(-4, 4, (20, 3, 50)).float()
     assert layout(as_rows(cube, (0,))) == "columns"
     exactly(nt.max(cube, 0), torch.max(cube, 0))

@@ -158,8 +158,9 @@ def check_columns(nt):
     """Leading dims reduced: rows side by side, layout "columns" (blocks of 64 rows,
     chunks of 256 of their elements): 70 rows (a block and part of one) of 1100 (5
     chunks, whose fp32 results a second launch of that layout reduces), a row of -inf,
-    +inf, NaN, +inf with NaN, and one whose first chunks are -inf; the leading two dims
-    of a 3-dim tensor; half types (the mean in float32 read as it is)."""
+    +inf, NaN, +inf with NaN, and one whose first chunks are -inf; every other row of
+    those; the leading two dims of a 3-dim tensor; half types (the mean in float32
+    read as it is)."""
     from ntops_prebuilt._reductions import as_rows, layout
 
     x = torch.randn(1100, 70) * 4
@@ -172,6 +173,9 @@ def check_columns(nt):
     close(nt.logsumexp(x, 0), torch.logsumexp(x, 0))
     close(nt.mean(x, 0), torch.mean(x, 0))
     close(nt.mean(x, 0, True), torch.mean(x, 0, True))
+    sliced = x[:, 1::2]  # rows 2 apart, their elements 70
+    assert layout(as_rows(sliced, (0,))) == "columns"
+    close(nt.logsumexp(sliced, 0), torch.logsumexp(sliced, 0))
     cube = torch.randn(20, 3, 50)
     assert layout(as_rows(cube, (0, 1))) == "columns"
     close(nt.mean(cube, (0, 1)), torch.mean(cube, (0, 1)))
