@@ -40,14 +40,16 @@ def as_rows(input, reduced):
 
 def layout(rows):
     """The kernels' switch `layout` for (rows, n) `rows`: "columns" where rows lie
-    closer together than a row's elements (a reduction along leading dims: mean of a
-    (4096, 4096) along dim 0 gives rows of stride 1 whose elements lie 4096 apart), so
-    that a program reads a block of rows side by side, a line at a time; "rows"
-    otherwise. Through a row a program at a time, each element of such a row is a
-    sector read of its own (H200, mean of a bf16 (4096, 4096) along dim 0: 113 us,
-    torch 17 us)."""
+    closer together than a row's elements, which are not adjacent (a reduction along
+    leading dims: mean of a (4096, 4096) along dim 0 gives rows of stride 1 whose
+    elements lie 4096 apart), so that a program reads a block of rows side by side, a
+    line at a time; "rows" otherwise. Through a row a program at a time, each element
+    of such a row is a sector read of its own (H200, mean of a bf16 (4096, 4096) along
+    dim 0: 113 us, torch 17 us)."""
     count, n = rows.shape
-    return "columns" if count > 1 and n > 1 and rows.stride(0) < rows.stride(1) else "rows"
+    if count == 1 or n == 1 or rows.stride(1) == 1:
+        return "rows"
+    return "columns" if rows.stride(0) < rows.stride(1) else "rows"
 
 
 def result_shape(shape, reduced, keepdim):

@@ -170,6 +170,9 @@ def check_columns(nt):
     x[7, 4], x[1000, 4] = math.inf, math.nan
     x[:600, 5] = -math.inf
     assert layout(as_rows(x, (0,))) == "columns"
+    assert layout(torch.empty(5, 3).t()) == "columns"
+    for rows in (torch.empty(3, 5), torch.empty(1, 5).expand(3, 5), torch.empty(5, 1).t()):
+        assert layout(rows) == "rows", rows.stride()  # adjacent elements, or one row
     close(nt.logsumexp(x, 0), torch.logsumexp(x, 0))
     close(nt.mean(x, 0), torch.mean(x, 0))
     close(nt.mean(x, 0, True), torch.mean(x, 0, True))
