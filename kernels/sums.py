@@ -2,6 +2,9 @@
 row's sum times a scale (1 / n: the mean), or its log-sum-exp, as the constant
 `logsumexp` each call passes says (one branch a launch). The runtime
 (aot/runtime/_sums.py) moves the reduced dims last and merges the others into rows.
+Where it reduces leading dims the rows lie side by side (stride 1 along dim 0): the
+kernels of layout "columns" read a block of rows a program, along that dim, and each
+element of a row is summed as the "rows" kernels sum it.
 
 Both compute in fp32 and round once, as torch's CUDA kernels do. A program reduces one
 chunk of a row (kernels/_lib/chunks.py): a row of up to one chunk (a model's hidden
@@ -28,7 +31,7 @@ from ._lib import chunks
 SPACE = VariantSpace(
     dtypes=FLOATS,
     ndims=(2,),
-    switches={"result": ("same", "fp32")},
+    switches={"result": ("same", "fp32"), "layout": ("rows", "columns")},
     switch_dtypes={"result": ("fp16", "bf16")},
     coalesce="none",
     # Each program writes one result: nothing to vectorise.
@@ -51,6 +54,9 @@ API = (
             sample(input=(6, 42, 123), dim=1),
             sample(input=(3, 20000), dim=1),
             sample(input=(4, 4096), dim=-1, dtype="float32"),
+            # leading dims: rows side by side (layout "columns"), 1100 a second launch's
+            sample(input=(1100, 70), dim=0),
+            sample(input=(20, 3, 50), dim=[0, 1], keepdim=True),
         ),
         doc="torch.mean over all dims or `dim` (an int or several); integer inputs "
         "give float32 (ntops.torch.mean's; torch refuses them).",
@@ -66,6 +72,7 @@ API = (
             sample(input=(6, 42, 123), dim=1),
             sample(input=(3, 20000), dim=1),
             sample(input=(37,), dim=0),
+            sample(input=(1100, 70), dim=0),
         ),
         doc="torch.logsumexp over `dim` (an int or several), max-subtracted.",
     ),
@@ -76,11 +83,20 @@ API = (
 # up to 8192 in one launch) took 13.8 us (torch 6.7), the second tile of a row of 4096
 # masked whole.
 CONFIG = Config({"block_size": 4096, "blocks": 1}, num_warps=8, num_stages=2)
+# Layout "columns": blocks of 64 rows (128 bytes of a half type along dim 0) and chunks
+# of 256 of their elements, four tiles of 64; a (4096, 4096) along dim 0 in 64 x 16
+# programs, a (65536, 64) in 256. Not measured yet.
+COLUMNS = Config({"rows": 64, "block_size": 64, "blocks": 4}, num_warps=4, num_stages=3)
 
 
 def arrangement(input, scale, logsumexp, output, block_size=4096, blocks=1):
     rows = chunks.arrange_chunks(input, block_size, blocks)
     return rows, scale, logsumexp, chunks.arrange_results(output)
+
+
+def arrangement_columns(input, scale, logsumexp, output, rows=64, block_size=64, blocks=4):
+    blocked = chunks.arrange_blocks(input, rows, block_size, blocks)
+    return blocked, scale, logsumexp, chunks.arrange_block_results(output, rows)
 
 
 def application(input, scale, logsumexp, output):
@@ -103,16 +119,50 @@ def application(input, scale, logsumexp, output):
         output = ntl.sum(total, 0) * scale  # noqa: F841
 
 
+def application_columns(input, scale, logsumexp, output):
+    """`application` over a block of rows, each tile (rows, block_size) reduced along
+    its dim 1: the same arithmetic, a running maximum and sum a row."""
+    if logsumexp != 0:
+        n = input.source.shape[-1]
+        start = ntl.full(input.dtype.shape, float("-inf"), ntl.float32)
+        row_max = ntl.max(start, 1)
+        row_sum = ntl.sum(ntl.zeros(input.dtype.shape, dtype=ntl.float32), 1)
+        for i in range(input.shape[0]):
+            x = ntl.where(input[i].offsets(-1) < n, ntl.cast(input[i], ntl.float32), float("-inf"))
+            new_max = ntl.maximum(row_max, ntl.max(x, 1))
+            infinite = (new_max == float("inf")) | (new_max == float("-inf"))
+            shift = ntl.where(infinite, 0.0, new_max)
+            terms = ntl.exp(x - ntl.expand_dims(shift, 1))
+            row_sum = row_sum * ntl.exp(row_max - shift) + ntl.sum(terms, 1)
+            row_max = new_max
+        output = row_max + ntl.log(row_sum)
+    else:
+        total = ntl.zeros(input.dtype.shape, dtype=ntl.float32)
+        for i in range(input.shape[0]):
+            total += ntl.cast(input[i], ntl.float32)  # padded with 0
+        output = ntl.sum(total, 1) * scale  # noqa: F841
+
+
 def config(variant):
-    return CONFIG
+    return COLUMNS if dict(variant.switches)["layout"] == "columns" else CONFIG
 
 
-def premake(ndim, dtype, result="same", block_size=4096, blocks=1):
+def unit_dims(variant):
+    """Layout "columns" reads its rows side by side: stride 1 along dim 0."""
+    return {"input": (0,)} if dict(variant.switches)["layout"] == "columns" else {}
+
+
+def premake(ndim, dtype, result="same", layout="rows", block_size=4096, blocks=1, rows=64):
     tensors = (
         Tensor(ndim, dtype=dtype, other=0),
         Tensor(0, dtype=ninetoothed.float32),
         Tensor(0, dtype=ninetoothed.int64),
         Tensor(ndim, dtype=dtype if result == "same" else ninetoothed.float32),
     )
+    if layout == "columns":
+        arrange = functools.partial(
+            arrangement_columns, rows=rows, block_size=block_size, blocks=blocks
+        )
+        return arrange, application_columns, tensors
     arrange = functools.partial(arrangement, block_size=block_size, blocks=blocks)
     return arrange, application, tensors

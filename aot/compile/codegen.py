@@ -275,10 +275,10 @@ def specializations(op: OpDef, variant: Variant, args: Sequence[Arg]) -> list[Sp
     with fewer dims, and tensors past int32 are rare enough to take the slower kernel.
     """
     space = op.space
+    unit_dims = op.unit_dims(variant)
     tensors = [arg for arg in args if arg.is_tensor]
     choices = [
-        space.unit_dims.get(arg.name, (arg.ndim - 1,)) if arg.specialized else (None,)
-        for arg in tensors
+        unit_dims.get(arg.name, (arg.ndim - 1,)) if arg.specialized else (None,) for arg in tensors
     ]
     combos = list(itertools.product(*choices))
     specs = []

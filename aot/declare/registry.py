@@ -95,6 +95,15 @@ class OpDef:
             )
         return found
 
+    def unit_dims(self, variant: Variant) -> Mapping[str, tuple[int, ...]]:
+        """The dims of each tensor that `variant`'s kernels may specialise to stride 1:
+        the kernel file's `unit_dims(variant)` where a switch moves them (a layout that
+        reads another dim contiguously), else SPACE.unit_dims."""
+        choose: Callable[..., Mapping[str, tuple[int, ...]]] | None = getattr(
+            self.module, "unit_dims", None
+        )
+        return self.space.unit_dims if choose is None else choose(variant)
+
     def workspace(self, config: Config) -> tuple[int, int]:
         """Bytes of workspace per program, and how many of them the launcher zeroes:
         the kernel file's `workspace(config)`, for ops whose SPACE names a workspace."""

@@ -69,7 +69,8 @@ class VariantSpace:
     `coalesce` says which dims of the non-`fixed` tensors the runtime may merge:
     "all" (element-wise ops), "leading" (all but the last, row-wise reductions)
     or "none". `unit_dims` names, per tensor parameter, the dims that may be
-    specialised to stride 1 (default: the last one); `unspecialized` tensors are
+    specialised to stride 1 (default: the last one; a kernel file's
+    `unit_dims(variant)` overrides it per variant); `unspecialized` tensors are
     never specialised (masks, tables read once). `specs` picks which kinds of
     specialisation to build (SPECS; see `Spec`). `switch_dtypes` limits a switch
     to some dtypes: for the others only its first value is built. `in_place` says

@@ -1,7 +1,8 @@
 """What the reductions share (max and argmax, mean and logsumexp): their kernels reduce
 the last dim of 2-dim rows in chunks (kernels/_lib/chunks.py), so the reduced dims are
 moved last and the others merged into rows, and a row longer than a chunk takes a
-second launch over the chunks' results."""
+second launch over the chunks' results. Rows that lie side by side (reduced along
+leading dims) take the kernels of layout "columns", a block of rows a program."""
 
 import functools
 import math
@@ -29,15 +30,26 @@ def reduced_dims(op, dim, ndim):
 def as_rows(input, reduced):
     """`input` as (rows, n): its other dims, in order, merged into rows and its
     `reduced` ones into each row; a view where the strides allow it (the last dims, or
-    one dim of a 2-dim tensor), else a contiguous copy. Along a leading dim a row's
-    elements lie a sector or more apart, each a read of its own: correct, not fast
-    (H200, mean of a bf16 (4096, 4096) along dim 0: 113 us through the view, 125 us
-    through a copy, torch 17 us; a kernel that reduces columns would be its own)."""
+    the leading ones: rows side by side, see `layout`), else a contiguous copy."""
     kept = [d for d in range(input.ndim) if d not in reduced]
     order = kept + list(reduced)
     moved = input if order == list(range(input.ndim)) else input.permute(order)
     rows = math.prod(input.shape[d] for d in kept)
     return moved.reshape(rows, math.prod(input.shape[d] for d in reduced))
+
+
+def layout(rows):
+    """The kernels' switch `layout` for (rows, n) `rows`: "columns" where rows lie
+    closer together than a row's elements, which are not adjacent (a reduction along
+    leading dims: mean of a (4096, 4096) along dim 0 gives rows of stride 1 whose
+    elements lie 4096 apart), so that a program reads a block of rows side by side, a
+    line at a time; "rows" otherwise. Through a row a program at a time, each element
+    of such a row is a sector read of its own (H200, mean of a bf16 (4096, 4096) along
+    dim 0: 113 us, torch 17 us)."""
+    count, n = rows.shape
+    if count == 1 or n == 1 or rows.stride(1) == 1:
+        return "rows"
+    return "columns" if rows.stride(0) < rows.stride(1) else "rows"
 
 
 def result_shape(shape, reduced, keepdim):
@@ -48,15 +60,16 @@ def result_shape(shape, reduced, keepdim):
 
 
 @functools.cache
-def chunk_size(op):
-    """The elements of one chunk of op `op`'s kernels, as the build made them (its
-    variants' configurations in the manifest): one for all of them, or the results
-    would be sized for a kernel that is not the one launched. 1 where none is built
-    (the launch then says what the wheel lacks)."""
+def chunk_size(op, **switches):
+    """The elements of one chunk of op `op`'s kernels (those of `switches`' values), as
+    the build made them (their variants' configurations in the manifest): one for all
+    of them, or the results would be sized for a kernel that is not the one launched.
+    1 where none is built (the launch then says what the wheel lacks)."""
     sizes = {
         bucket["config"]["premake"]["block_size"] * bucket["config"]["premake"].get("blocks", 1)
         for variant in manifest()["variants"]
         if variant["op"] == op
+        and all(variant["switches"].get(name) == value for name, value in switches.items())
         for bucket in variant["buckets"].values()
     }
     if len(sizes) > 1:

@@ -1,6 +1,8 @@
 """mean and logsumexp over any dims: kernels/sums.py reduces the last dim of rows
 (`_reductions`) in fp32 and rounds once, as torch's CUDA kernels do; a row longer
-than a chunk leaves fp32 results per chunk, which a second launch reduces."""
+than a chunk leaves fp32 results per chunk, which a second launch reduces. Rows side
+by side (leading dims reduced) take the kernels of layout "columns", whose results per
+chunk are laid out side by side again."""
 
 import math
 
@@ -9,12 +11,21 @@ import torch
 from . import _C
 from . import _checks as check
 from ._library import fake, routed
-from ._reductions import as_rows, chunk_size, chunks, reduced_dims, result_shape, written
+from ._reductions import (
+    as_rows,
+    chunk_size,
+    chunks,
+    layout,
+    reduced_dims,
+    result_shape,
+    written,
+)
 
 _launch = _C.launch
-_SUMS = check.groups("sums", "result")
-# Kernels that write the input's dtype, and half types' that write fp32.
-_SAME, _FP32 = _SUMS[("same",)], _SUMS[("fp32",)]
+_SUMS = check.groups("sums", "result", "layout")
+# Kernels that write the input's dtype, and half types' that write fp32, by layout.
+_SAME = {kind: _SUMS[("same", kind)] for kind in ("rows", "columns")}
+_FP32 = {kind: _SUMS[("fp32", kind)] for kind in ("rows", "columns")}
 _HALVES = (torch.float16, torch.bfloat16)
 # The kernel's `logsumexp` constant.
 _MEAN, _LOGSUMEXP = 0, 1
@@ -40,17 +51,29 @@ def _reduced(input, reduced, keepdim, dtype, function):
     if n == 0:  # torch's mean of nothing is NaN, its log-sum-exp -inf (log 0)
         filler = math.nan if function == _MEAN else -math.inf
         return torch.full(shape, filler, dtype=dtype, device=input.device)
-    size, scale = chunk_size("sums"), 1.0 / n
-    while chunks(rows.shape[1], size) > 1:  # results per chunk, in fp32, reduced again
-        parts = chunks(rows.shape[1], size)
-        partial = torch.empty(count, parts, dtype=torch.float32, device=input.device)
-        _launch(_FP32 if rows.dtype in _HALVES else _SAME, rows, scale, function, partial)
-        rows, scale = partial, 1.0
+    scale = 1.0 / n
+    while chunks(rows.shape[1], chunk_size("sums", layout=layout(rows))) > 1:
+        rows = _partial(rows, scale, function)
+        scale = 1.0
     direct = rows.dtype == dtype or (rows.dtype in _HALVES and dtype == torch.float32)
     result = torch.empty(shape, dtype=dtype if direct else torch.float32, device=input.device)
-    group = _SAME if rows.dtype == result.dtype else _FP32
+    group = (_SAME if rows.dtype == result.dtype else _FP32)[layout(rows)]
     _launch(group, rows, scale, function, result.view(count, 1))
     return result if direct else result.to(dtype)
+
+
+def _partial(rows, scale, function):
+    """The results of `rows`' chunks, (rows, chunks) in fp32: of layout "columns" laid
+    out as its rows are, side by side (the next launch's rows, of that layout too)."""
+    count, n = rows.shape
+    kind = layout(rows)
+    parts = chunks(n, chunk_size("sums", layout=kind))
+    if kind == "columns":
+        partial = torch.empty(parts, count, dtype=torch.float32, device=rows.device).t()
+    else:
+        partial = torch.empty(count, parts, dtype=torch.float32, device=rows.device)
+    _launch((_FP32 if rows.dtype in _HALVES else _SAME)[kind], rows, scale, function, partial)
+    return partial
 
 
 @routed("mean")

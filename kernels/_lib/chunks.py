@@ -17,6 +17,22 @@ def arrange_chunks(tensor, block_size, blocks):
     return arranged
 
 
+def arrange_blocks(tensor, rows, block_size, blocks):
+    """(rows, n) -> one program per block of `rows` rows and chunk of their length,
+    seeing (blocks,) tiles of (rows, block_size): for rows that lie side by side in
+    memory (stride 1 along dim 0), each tile read along its rows' first dim."""
+    arranged = tensor.tile((rows, block_size)).tile((1, blocks))
+    arranged.dtype = arranged.dtype.squeeze(0)
+    return arranged
+
+
+def arrange_block_results(tensor, rows):
+    """(rows, chunks) -> the (rows,) elements of each program's block and chunk."""
+    arranged = tensor.tile((rows, 1))
+    arranged.dtype = arranged.dtype.squeeze(1)
+    return arranged
+
+
 def arrange_results(tensor):
     """(rows, chunks) -> the one element of each program's chunk."""
     return tensor.tile((1, 1))

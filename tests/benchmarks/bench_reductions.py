@@ -1,8 +1,9 @@
 """The reductions an LLM service runs, against torch, in CUDA graphs (GPU time, the host
 out of it): greedy decoding's argmax over a vocabulary of 128256 logits at batch 1 to
 256, log-sum-exp over the same rows (log-probabilities), mean and log-sum-exp over a
-hidden size of 4096 at 1 to 4096 rows, and reductions of a whole tensor (two launches:
-chunks, then their results). Each call is checked against torch first; then a graph
+hidden size of 4096 at 1 to 4096 rows, and reductions of a whole tensor (a launch over
+chunks, then over their results) and along its leading dim (rows side by side: layout
+"columns"). Each call is checked against torch first; then a graph
 of `calls` calls of each is replayed, the methods taking turns, median of repeats.
 
     python tests/benchmarks/bench_reductions.py [--json bench_reductions.json]
@@ -70,7 +71,11 @@ def cases(nt):
             _case(f"argmax {short} (4096, 4096), whole", nt, "argmax", whole),
             _case(f"mean {short} (4096, 4096), whole", nt, "mean", whole),
             _case(f"mean {short} (4096, 4096), dim 0", nt, "mean", whole, 0),
+            _case(f"logsumexp {short} (4096, 4096), dim 0", nt, "logsumexp", whole, 0),
+            _case(f"argmax {short} (4096, 4096), dim 0", nt, "argmax", whole, 0),
         ]
+        narrow = torch.randn(65536, 64, device="cuda", dtype=dtype)  # few columns, long
+        found.append(_case(f"mean {short} (65536, 64), dim 0", nt, "mean", narrow, 0))
     for name, ours, theirs in found:
         _check(name, ours(), theirs())
     return found

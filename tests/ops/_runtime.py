@@ -49,15 +49,28 @@ def load(make, module, groups):
 
 
 def _variants(make, groups):
-    """The manifest's variants as the runtime reads them: each op's configuration."""
+    """The manifest's variants as the runtime reads them: each group's switches and
+    configuration."""
     return [
-        {"op": op, "buckets": {"all": {"config": {"premake": dict(_config(make, op))}}}}
-        for op in groups
+        {
+            "op": op,
+            "switches": dict(values),
+            "buckets": {"all": {"config": {"premake": dict(_config(make, op, values))}}},
+        }
+        for op, keys in groups.items()
+        for values in keys.values()
     ]
 
 
-def _config(make, op):
-    return make.registry[op].module.CONFIG.premake
+def _config(make, op, values, dtype="fp32", ndim=2):
+    """The configuration of op's kernels of switch values `values`: its kernel file's
+    `config(variant)` (tuned ones: its CONFIG)."""
+    from ntops_aot.aot.declare.space import Variant
+
+    module = make.registry[op].module
+    if getattr(module, "TUNING", None) or not hasattr(module, "config"):
+        return module.CONFIG.premake
+    return module.config(Variant(op, "sm_90", dtype, ndim, tuple(values.items()))).premake
 
 
 def _outputs(make, op, values):
@@ -88,7 +101,8 @@ def _launcher(make, groups):
         if all(args[at].numel() for at in _outputs(make, op, values)):
             key = (group, SHORT[tensors[0].dtype], max(tensor.ndim for tensor in tensors))
             if key not in kernels:
-                kernels[key] = make(op, key[2], key[1], **values, **_config(make, op))
+                config = _config(make, op, values, key[1], key[2])
+                kernels[key] = make(op, key[2], key[1], **values, **config)
             kernels[key](*args)
 
     return launch

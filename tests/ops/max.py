@@ -11,7 +11,7 @@ import torch
 from tests.calls import Call
 from tests.gpu.layouts import spec_shape, strided
 
-GROUPS = {"max": {"max": {}}}
+GROUPS = {"max": {f"max-layout={kind}": {"layout": kind} for kind in ("rows", "columns")}}
 
 
 def num_tensors(variant):
@@ -20,10 +20,16 @@ def num_tensors(variant):
 
 def run(nt, variant, spec, dtype, bucket):
     """A row per program, its length one chunk at most: the kernel of the spec is the
-    call's one launch."""
+    call's one launch. Layout "columns": the rows side by side (a transposed tensor,
+    its unit dim the rows' dim 0)."""
     shape = spec_shape(variant["ndim"], spec)
-    x = strided(shape, dtype, unit=spec.unit[0], aligned=spec.aligned, wide=spec.width == 64)
-    x[0, 3] = x[0, 5] = x[0].max() + 1  # a tie: the first
+    wide, unit = spec.width == 64, spec.unit[0]
+    if variant["switches"]["layout"] == "columns":  # rows side by side: transposed
+        flipped = None if unit is None else 1 - unit
+        x = strided(shape, dtype, unit=flipped, aligned=spec.aligned, wide=wide).t()
+    else:
+        x = strided(shape, dtype, unit=unit, aligned=spec.aligned, wide=wide)
+    x[0, 1] = x[0, 0] = x[0].max() + 1  # a tie: the first
     return nt.max(x, -1), torch.max(x, -1)
 
 
@@ -138,7 +144,68 @@ def interpreted(make):
     scalar = torch.tensor(3.5)
     exactly(nt.max(scalar, 0), torch.max(scalar, 0))
     check_out(nt, cube)
+    check_columns(nt)
+    check_whole(nt)
     check_small_tiles(make)
+
+
+def check_whole(nt):
+    """A whole tensor read as rows side by side (layout "columns"; from 2^12 elements
+    here): (257, 1024) as 1024 rows, two chunks of each then a launch over their
+    results, then one over the 1024 rows' results: ties everywhere, equal maxima and
+    NaNs whose first in the tensor is not in the first of those rows (the least index
+    wins, not the least row); a half type's (64, 1024) in one launch of each layout."""
+    saved, nt.SIDE_BY_SIDE = nt.SIDE_BY_SIDE, 1 << 12
+    try:
+        x = torch.randint(-3, 3, (257, 1024)).float()
+        x[200, 5], x[100, 952], x[256, 3] = 9.0, 9.0, 9.0  # (100, 952) first
+        assert torch.equal(nt.argmax(x), torch.argmax(x))
+        x[150, 7], x[60, 1000], x[256, 0] = math.nan, math.nan, math.nan  # (60, 1000) first
+        values, indices = nt._max_op(x)
+        assert values.isnan()
+        assert torch.equal(indices, torch.argmax(x))
+        half = torch.randint(-3, 3, (64, 1024)).to(torch.bfloat16)
+        half[40, 1], half[3, 1000] = 7.0, 7.0
+        assert torch.equal(nt.argmax(half, keepdim=True), torch.argmax(half, keepdim=True))
+        assert torch.equal(nt.max(half), torch.max(half))
+        same = torch.tensor(2.0).expand(8192)  # stride 0: one row
+        assert torch.equal(nt.argmax(same), torch.argmax(same))
+        strided = torch.randint(-3, 3, (16384,)).float()[::2]  # rows 2 apart
+        assert torch.equal(nt.argmax(strided), torch.argmax(strided))
+    finally:
+        nt.SIDE_BY_SIDE = saved
+
+
+def check_columns(nt):
+    """Leading dims reduced: rows side by side, layout "columns" (blocks of 64 rows,
+    chunks of 256 of their elements): 70 rows (a block and part of one) of 1100 (5
+    chunks, a second launch gathering their indices), ties everywhere and across
+    chunks, NaN beside +inf, a row of -inf, one of one value, -0.0 before +0.0; every
+    other row of those; the leading dim of a 3-dim tensor; half types."""
+    from ntops_prebuilt._reductions import as_rows, layout
+
+    x = torch.randint(-3, 3, (1100, 70)).float()
+    x[:, 1] = -math.inf
+    x[900, 2], x[100, 2], x[700, 2] = math.inf, math.nan, math.nan
+    x[:, 3] = 2.5
+    x[300, 4], x[1000, 4] = 7.0, 7.0
+    x[:, 5] = -1.0
+    x[10, 5], x[20, 5] = -0.0, 0.0
+    assert layout(as_rows(x, (0,))) == "columns"
+    exactly(nt.max(x, 0), torch.max(x, 0))
+    assert nt.max(x, 0).values[5].signbit()
+    exactly(nt.max(x, 0, True), torch.max(x, 0, True))
+    assert torch.equal(nt.argmax(x, 0), torch.argmax(x, 0))
+    sliced = x[:, ::2]  # rows 2 apart, their elements 70
+    assert layout(as_rows(sliced, (0,))) == "columns"
+    exactly(nt.max(sliced, 0), torch.max(sliced, 0))
+    cube = torch.randint(-4, 4, (20, 3, 50)).float()
+    assert layout(as_rows(cube, (0,))) == "columns"
+    exactly(nt.max(cube, 0), torch.max(cube, 0))
+    for dtype in (torch.float16, torch.bfloat16):
+        half = torch.randint(-4, 4, (300, 70)).to(dtype)
+        exactly(nt.max(half, 0), torch.max(half, 0))
+        assert torch.equal(nt.argmax(half, 0), torch.argmax(half, 0))
 
 
 def check_small_tiles(make):

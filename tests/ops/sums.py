@@ -11,7 +11,13 @@ import torch
 from tests.calls import Call
 from tests.gpu.layouts import spec_shape, strided
 
-GROUPS = {"sums": {"sums-result=same": {"result": "same"}, "sums-result=fp32": {"result": "fp32"}}}
+GROUPS = {
+    "sums": {
+        f"sums-result={result}-layout={layout}": {"result": result, "layout": layout}
+        for result in ("same", "fp32")
+        for layout in ("rows", "columns")
+    }
+}
 
 
 def num_tensors(variant):
@@ -21,9 +27,15 @@ def num_tensors(variant):
 def run(nt, variant, spec, dtype, bucket):
     """A row per program, of one chunk at most: the spec's kernel is the call's one
     launch; log-sum-exp on the kernels of the input's dtype, the mean in float32 of a
-    half type on its "fp32" ones."""
+    half type on its "fp32" ones. Layout "columns": the rows side by side (a transposed
+    tensor, its unit dim the rows' dim 0)."""
     shape = spec_shape(variant["ndim"], spec)
-    x = strided(shape, dtype, unit=spec.unit[0], aligned=spec.aligned, wide=spec.width == 64)
+    wide, unit = spec.width == 64, spec.unit[0]
+    if variant["switches"]["layout"] == "columns":
+        flipped = None if unit is None else 1 - unit
+        x = strided(shape, dtype, unit=flipped, aligned=spec.aligned, wide=wide).t()
+    else:
+        x = strided(shape, dtype, unit=unit, aligned=spec.aligned, wide=wide)
     if variant["switches"]["result"] == "fp32":
         return nt.mean(x, -1, dtype=torch.float32), torch.mean(x, -1, dtype=torch.float32)
     return nt.logsumexp(x, -1), torch.logsumexp(x, -1)
@@ -138,7 +150,44 @@ def interpreted(make):
     empty = torch.empty(3, 0)
     close(nt.mean(empty, 1), torch.mean(empty, 1))
     close(nt.logsumexp(empty, 1), torch.logsumexp(empty, 1))
+    check_columns(nt)
     check_small_tiles(make)
+
+
+def check_columns(nt):
+    """Leading dims reduced: rows side by side, layout "columns" (blocks of 64 rows,
+    chunks of 256 of their elements): 70 rows (a block and part of one) of 1100 (5
+    chunks, whose fp32 results a second launch of that layout reduces), a row of -inf,
+    +inf, NaN, +inf with NaN, and one whose first chunks are -inf; every other row of
+    those; the leading two dims of a 3-dim tensor; half types (the mean in float32
+    read as it is)."""
+    from ntops_prebuilt._reductions import as_rows, layout
+
+    x = torch.randn(1100, 70) * 4
+    x[:, 1] = -math.inf
+    x[900, 2] = math.inf
+    x[5, 3] = math.nan
+    x[7, 4], x[1000, 4] = math.inf, math.nan
+    x[:600, 5] = -math.inf
+    assert layout(as_rows(x, (0,))) == "columns"
+    assert layout(torch.empty(5, 3).t()) == "columns"
+    for rows in (torch.empty(3, 5), torch.empty(1, 5).expand(3, 5), torch.empty(5, 1).t()):
+        assert layout(rows) == "rows", rows.stride()  # adjacent elements, or one row
+    close(nt.logsumexp(x, 0), torch.logsumexp(x, 0))
+    close(nt.mean(x, 0), torch.mean(x, 0))
+    close(nt.mean(x, 0, True), torch.mean(x, 0, True))
+    sliced = x[:, 1::2]  # rows 2 apart, their elements 70
+    assert layout(as_rows(sliced, (0,))) == "columns"
+    close(nt.logsumexp(sliced, 0), torch.logsumexp(sliced, 0))
+    cube = torch.randn(20, 3, 50)
+    assert layout(as_rows(cube, (0, 1))) == "columns"
+    close(nt.mean(cube, (0, 1)), torch.mean(cube, (0, 1)))
+    close(nt.logsumexp(cube, [0, 1]), torch.logsumexp(cube, [0, 1]))
+    for dtype in (torch.float16, torch.bfloat16):
+        half = (torch.randn(300, 70) * 4).to(dtype)
+        close(nt.mean(half, 0), torch.mean(half.float(), 0).to(dtype))
+        close(nt.mean(half, 0, dtype=torch.float32), torch.mean(half, 0, dtype=torch.float32))
+        close(nt.logsumexp(half, 0), torch.logsumexp(half.float(), 0).to(dtype))
 
 
 def check_small_tiles(make):
