@@ -58,11 +58,10 @@ def _whole(flat):
     indices into `flat` (`gather` 2), and one row over their results takes the least
     index of those holding the maximum (from SIDE_BY_SIDE elements)."""
     count = flat.numel()
-    width = min(count & -count, 4096)  # the largest power of two dividing it, at most
-    side = flat.view(-1, width).t()
-    # (an expanded `flat`, stride 0, has no rows side by side: one row)
-    if count < SIDE_BY_SIDE or width < 64 or layout(side) != "columns":
+    width = count & -count  # the largest power of two dividing it
+    if count < SIDE_BY_SIDE or width < 64:
         return _rows(flat.view(1, -1))
+    side = flat.view(-1, min(width, 4096)).t()
     values, indices = _rows(side, gather=2)
     return _rows(values.t(), indices.t(), gather=1)
 
