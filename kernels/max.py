@@ -2,24 +2,20 @@
 index of its first occurrence, NaN the largest of all (the first NaN's index), as
 torch's CUDA kernels give them. The runtime (aot/runtime/_max.py) moves the reduced
 dim last and merges the others into rows; `max(input)` and `argmax(input)` are one
-row of the whole tensor, or a long one many rows side by side (below).
+row of the whole tensor.
 
 A program reduces one chunk of a row (kernels/_lib/chunks.py): a row of up to one
 chunk in one launch, its value and index the row's; a longer row (a vocabulary of
 logits) leaves a value and index per chunk, and a second launch of the same kernel
-reduces those with `gather` 1, its positions then read from the chunks' indices
-rather than counted (the least of those holding the maximum). Each lane of a tile
-keeps its largest value and the tile it was first seen in (a strictly larger value,
-or a first NaN, replaces it; tiles come in order), and the lanes are reduced once, at
-the end: the least index of the lanes holding the maximum, or a NaN where any lane
-holds one.
+reduces those with `gather` set, its positions then read from the chunks' indices
+rather than counted. Each lane of a tile keeps its largest value and the tile it was
+first seen in (a strictly larger value, or a first NaN, replaces it; tiles come in
+order), and the lanes are reduced once, at the end: the least index of the lanes
+holding the maximum, or a NaN where any lane holds one.
 
 Where the runtime reduces a leading dim the rows lie side by side (stride 1 along dim
 0): the kernels of layout "columns" read a block of rows a program, along that dim,
-each lane of a (rows, block_size) tile kept as above and reduced along the tile's dim
-1. A whole tensor read as rows side by side (its flat index: an element's position in
-its row times the rows, plus its row) counts its indices so with `gather` 2, and a
-launch of layout "rows" over the rows' results gathers the least.
+each lane of a (rows, block_size) tile kept as above and reduced along the tile's dim 1.
 """
 
 import functools
@@ -133,12 +129,11 @@ def application(input, positions, gather, values, indices):
     # at the index it gives.
     value = ntl.max(ntl.where(local == first, best, float("-inf")), 0)
     index = ntl.cast(start, ntl.int64) + first
-    if gather != 0:  # the least index the lanes holding the maximum came with
-        position = ntl.full(input.dtype.shape, -1, ntl.int64)
+    if gather != 0:  # the index the chunk's result at `first` came with
+        index = ntl.cast(-1, ntl.int64)
         for i in range(input.shape[0]):
-            position = ntl.where(tile == i, positions[i], position)
-        index = ntl.min(ntl.where(hit, position, 9223372036854775807), 0)
-        value = ntl.max(ntl.where(hit & (position == index), best, float("-inf")), 0)
+            at = input[i].offsets(-1) - start == first
+            index = ntl.maximum(index, ntl.max(ntl.where(at, positions[i], -1), 0))
     values = ntl.where(nan, float("nan"), value)  # noqa: F841
     indices = index  # noqa: F841
 
@@ -167,10 +162,7 @@ def application_columns(input, positions, gather, values, indices):
     chosen = local == ntl.expand_dims(first, 1)
     value = ntl.max(ntl.where(chosen, best, float("-inf")), 1)
     index = ntl.cast(start, ntl.int64) + first
-    if gather == 2:  # into the rows as a tensor's last dim, their elements its first
-        row = ntl.cast(input[0].offsets(0), ntl.int64)
-        index = index * input.source.shape[0] + row
-    if gather == 1:
+    if gather != 0:
         index = ntl.max(ntl.full(input.dtype.shape, -1, ntl.int64), 1)
         for i in range(input.shape[0]):
             at = (i * input.dtype.shape[1] + lane) == ntl.expand_dims(first, 1)

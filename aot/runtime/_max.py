@@ -23,9 +23,6 @@ from ._reductions import (
 
 _launch = _C.launch
 _MAX = {kind: check.groups("max", "layout")[(kind,)] for kind in ("rows", "columns")}
-# The fewest elements of a whole tensor read as rows side by side (`_whole`): a guess,
-# not measured (the interpreted checks lower it, the interpreter being slow).
-SIDE_BY_SIDE = 1 << 22
 
 
 def _largest(op, input, dim, keepdim):
@@ -37,45 +34,29 @@ def _largest(op, input, dim, keepdim):
             raise (RuntimeError if op == "max" else IndexError)(
                 f"{op}(): Expected reduction dim to be specified for input.numel() == 0."
             )
-        values, indices = _whole(input.reshape(-1))
+        rows = input.reshape(1, -1)
         shape = (1,) * input.ndim if keepdim and op == "argmax" else ()
-        return values.view(shape), indices.view(shape)
-    at = check.dim(op, dim, input.ndim or 1)  # a 0-dim tensor takes dims 0 and -1
-    reduced = (at,) if input.ndim else ()
-    if reduced and input.shape[reduced[0]] == 0:
-        raise IndexError(f"{op}(): Expected reduction dim {reduced[0]} to have non-zero size.")
-    shape = result_shape(input.shape, reduced, keepdim)
-    values, indices = _rows(as_rows(input, reduced))
+    else:
+        at = check.dim(op, dim, input.ndim or 1)  # a 0-dim tensor takes dims 0 and -1
+        reduced = (at,) if input.ndim else ()
+        if reduced and input.shape[reduced[0]] == 0:
+            raise IndexError(f"{op}(): Expected reduction dim {reduced[0]} to have non-zero size.")
+        rows = as_rows(input, reduced)
+        shape = result_shape(input.shape, reduced, keepdim)
+    values, indices = _rows(rows)
     return values.view(shape), indices.view(shape)
 
 
-def _whole(flat):
-    """The largest of the elements of 1-dim `flat` and the index of its first
-    occurrence. One row of them has a program a chunk (4096), each reducing its one
-    tile (H100, bf16 (4096, 4096), CUDA graphs: 31 us, torch 16.7). Where a width of
-    64 to 4096 (a power of two) divides a long one, it is read as that many rows side
-    by side (layout "columns": chunks of 64 rows by 256), whose results carry their
-    indices into `flat` (`gather` 2), and one row over their results takes the least
-    index of those holding the maximum (from SIDE_BY_SIDE elements)."""
-    count = flat.numel()
-    width = count & -count  # the largest power of two dividing it
-    if count < SIDE_BY_SIDE or width < 64:
-        return _rows(flat.view(1, -1))
-    side = flat.view(-1, min(width, 4096)).t()
-    values, indices = _rows(side, gather=2)
-    return _rows(values.t(), indices.t(), gather=1)
-
-
-def _rows(rows, positions=None, gather=0):
+def _rows(rows):
     """Each row's largest value and its index, (rows, 1) each: one launch over rows of
     up to a chunk, else one over their chunks and one over the chunks' results (the
     same kernel, reading the indices it left: `gather`), and so on while those span
     more than a chunk. Rows side by side take the kernels of layout "columns", whose
-    results are laid out side by side again. `positions` and `gather` as the kernel
-    takes them (the first launch's)."""
+    results are laid out side by side again."""
     count, n = rows.shape
-    if positions is None:  # counted, not read, until the kernel gathers: stride 0
-        positions = torch.empty((), dtype=torch.int64, device=rows.device).expand(count, n)
+    # Positions are counted, not read, until the kernel gathers: a stand-in, stride 0.
+    positions = torch.empty((), dtype=torch.int64, device=rows.device).expand(count, n)
+    gather = 0
     while True:
         kind = layout(rows)
         parts = chunks(n, chunk_size("max", layout=kind))

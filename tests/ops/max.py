@@ -145,31 +145,7 @@ def interpreted(make):
     exactly(nt.max(scalar, 0), torch.max(scalar, 0))
     check_out(nt, cube)
     check_columns(nt)
-    check_whole(nt)
     check_small_tiles(make)
-
-
-def check_whole(nt):
-    """A whole tensor read as rows side by side (layout "columns"; from 2^12 elements
-    here): (257, 1024) as 1024 rows, two chunks of each then a launch over their
-    results, then one over the 1024 rows' results: ties everywhere, equal maxima and
-    NaNs whose first in the tensor is not in the first of those rows (the least index
-    wins, not the least row); a half type's (64, 1024) in one launch of each layout."""
-    saved, nt.SIDE_BY_SIDE = nt.SIDE_BY_SIDE, 1 << 12
-    try:
-        x = torch.randint(-3, 3, (257, 1024)).float()
-        x[200, 5], x[100, 952], x[256, 3] = 9.0, 9.0, 9.0  # (100, 952) first
-        assert torch.equal(nt.argmax(x), torch.argmax(x))
-        x[150, 7], x[60, 1000], x[256, 0] = math.nan, math.nan, math.nan  # (60, 1000) first
-        values, indices = nt._max_op(x)
-        assert values.isnan()
-        assert torch.equal(indices, torch.argmax(x))
-        half = torch.randint(-3, 3, (64, 1024)).to(torch.bfloat16)
-        half[40, 1], half[3, 1000] = 7.0, 7.0
-        assert torch.equal(nt.argmax(half, keepdim=True), torch.argmax(half, keepdim=True))
-        assert torch.equal(nt.max(half), torch.max(half))
-    finally:
-        nt.SIDE_BY_SIDE = saved
 
 
 def check_columns(nt):
