@@ -169,6 +169,21 @@ def requests():
     return [row[: 5 + i].tolist() for i, row in enumerate(ids)]
 
 
+def test_batching_where_transformers_updates_the_cache_itself_warns_once(ntt):
+    """Older 5.x releases hand paged attention functions the cache: `batching` leaves
+    such a model's attention as it is, with one warning (runs where that transformers
+    is installed: the device machine's own, 5.17.0)."""
+    if ntt._batching.packed_batches():
+        pytest.skip(f"transformers {transformers.__version__} passes packed batches")
+    model = tiny("llama", device="cuda")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with ntt.batching(model):
+            assert model.config._attn_implementation == "sdpa"
+    assert len(fallbacks(ntt, caught)) == 1
+    assert "passes paged attention functions its cache" in fallbacks(ntt, caught)[0]
+
+
 def paging_options(cuda_graphs):
     """ContinuousBatchingConfig's arguments for 16 pages of 16 tokens, 64 tokens a
     batch, by the names this transformers takes (`page_size`; `block_size` before it);
@@ -189,6 +204,10 @@ def generate_batch(model, cuda_graphs=None):
     """Greedy tokens per request, over a small paged cache (16 pages of 16 tokens)."""
     if Version(transformers.__version__).major < 5:
         pytest.skip("continuous batching's packed calls are transformers 5.x's")
+    from ntops_prebuilt.integrations.transformers import _batching
+
+    if not _batching.packed_batches():
+        pytest.skip(f"transformers {transformers.__version__} updates the cache in paged| calls")
     config = transformers.GenerationConfig(
         max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=-1, pad_token_id=0
     )

@@ -104,3 +104,20 @@ def test_the_fallbacks_packed_mask_is_the_varlen_attentions():
             window_size=_batching._window(window),
         )  # fmt: skip
         torch.testing.assert_close(got[0], want)
+
+
+def test_batching_where_transformers_updates_the_cache_itself_warns_once(monkeypatch):
+    """Older 5.x releases (5.17.0) register "paged|sdpa" and friends, which take the
+    cache and update it: `batching` leaves the attention as it is, with one warning."""
+    from transformers import AttentionInterface
+
+    assert _batching.packed_batches()  # the tested release's convention
+    monkeypatch.setitem(AttentionInterface._global_mapping, "paged|sdpa", lambda *args: None)
+    assert not _batching.packed_batches()
+    model = tiny("llama")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with ntt.batching(model):
+            assert model.config._attn_implementation == "sdpa"
+    (warned,) = fallbacks(caught)
+    assert "passes paged attention functions its cache to update" in warned

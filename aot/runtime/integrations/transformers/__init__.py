@@ -105,8 +105,20 @@ def batching(model):
     wheel's flash_attn_varlen_func, attn_implementation PAGED ("ntops_flash"; `_batching`
     says why that name). Set on the config itself: `set_attn_implementation` loads a
     flash name's functions through flash_attn or a hub kernel, and finds neither. The
-    attn_implementation the model had is back on leaving."""
+    attn_implementation the model had is back on leaving. A transformers whose
+    continuous batching hands attention functions its cache to update
+    (`_batching.packed_batches`: before the 5.2x releases) keeps its own attention,
+    with one warning."""
     register(_device(model))
+    if not _batching.packed_batches():
+        fall_back(
+            f"{type(model).__name__}'s continuous batching",
+            f"transformers {transformers.__version__} passes paged attention functions "
+            'its cache to update ("paged|sdpa", "paged|flash_attention_2"); '
+            f'"{PAGED}" serves the packed batches of newer releases (tested: 5.24.0)',
+        )
+        yield model
+        return
     before = model.config._attn_implementation
     model.config._attn_implementation = PAGED
     try:

@@ -25,6 +25,16 @@ _OP = "paged_attention"  # the kernels flash_attn_varlen_func launches
 _VARLEN = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
 
 
+def packed_batches():
+    """Whether this transformers' continuous batching calls the attention function
+    with its packed batch, the cache updated before the call (as above; 5.24.0). Older
+    5.x releases (5.17.0) register "paged|sdpa" and "paged|flash_attention_2" functions
+    that take the cache and update it themselves, a convention not served here."""
+    from transformers import AttentionInterface
+
+    return "paged|sdpa" not in AttentionInterface()
+
+
 def attention(served):
     """The function to register, for the wheel's kernels that `served` describes."""
 
