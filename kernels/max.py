@@ -84,11 +84,12 @@ API = (
 # (tests/benchmarks/bench_reductions.py), argmax of bf16 (batch, 128256), ours / torch
 # us: batch 1 5.3 / 26.7, 8 6.5 / 26.9, 64 23.5 / 27.2, 256 83 / 46.5 (fp32 alike): past
 # 64 rows the programs' count, not the bytes, sets the time (94 registers a thread,
-# two programs a multiprocessor). That kernel kept an int64 index a lane; the int32
-# positions that replaced it are not measured yet.
+# two programs a multiprocessor). That kernel kept an int64 index a lane; with the
+# int32 positions that replaced it (H100): batch 1 6.2 / 26.6, 8 7.2 / 27.4, 64 21.6 /
+# 27.3, 256 75.8 / 46.9.
 CONFIG = Config({"block_size": 4096, "blocks": 1}, num_warps=8, num_stages=2)
 # Layout "columns": kernels/sums.py's (blocks of 64 rows, chunks of 256 of their
-# elements). Not measured yet.
+# elements). H100, argmax of a bf16 (4096, 4096) along dim 0: 40.1 us, torch 57.1.
 COLUMNS = Config({"rows": 64, "block_size": 64, "blocks": 4}, num_warps=4, num_stages=3)
 
 

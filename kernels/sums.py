@@ -85,7 +85,10 @@ API = (
 CONFIG = Config({"block_size": 4096, "blocks": 1}, num_warps=8, num_stages=2)
 # Layout "columns": blocks of 64 rows (128 bytes of a half type along dim 0) and chunks
 # of 256 of their elements, four tiles of 64; a (4096, 4096) along dim 0 in 64 x 16
-# programs, a (65536, 64) in 256. Not measured yet.
+# programs, a (65536, 64) in 256. H100, CUDA graphs (bench_reductions.py), ours / torch
+# us: mean of a bf16 (4096, 4096) along dim 0 12.7 / 18.4 (the rows kernels 126),
+# logsumexp 24.7 / 126.6, fp32 mean 28.9 / 34.4; mean of a (65536, 64) 7.8 / 21.6. No
+# other tile tried.
 COLUMNS = Config({"rows": 64, "block_size": 64, "blocks": 4}, num_warps=4, num_stages=3)
 
 
