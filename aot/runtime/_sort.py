@@ -105,21 +105,27 @@ def _rows(op, group, input, values, indices, dim, flag):
 def _each(op, group, input, values, indices, flag):
     """Launch `group` on 2-dim rows (`_sliced`), or topk's selection from long rows in
     two passes where the rows are few (`_in_parts`)."""
-    rows, n = input.shape
-    k = values.shape[1]
-    parted = group == _SELECT and rows <= _PARTED_ROWS and n >= 2 * PART
-    if parted and (n // PART) * k < n // 2 and _offsets(input) <= _OFFSETS:
+    if group == _SELECT and _partable(input, values.shape[1]):
         _in_parts(input, values, indices, flag)
     else:
         _sliced(op, group, input, values, indices, flag)
 
 
+def _partable(input, k):
+    """Whether topk's `k` first of the 2-dim rows `input` are selected in parts: few
+    rows, of 4 parts or more, whose candidates are half the row or fewer."""
+    rows, n = input.shape
+    few = rows <= _PARTED_ROWS and n >= 4 * PART and _offsets(input) <= _OFFSETS
+    return few and (n // PART) * k <= n // 2
+
+
 def _in_parts(input, values, indices, flag):
-    """topk of 2-dim rows in two passes: each part of PART elements (the last one the
-    rest too) gives its k first, in slots of its own of a row of candidates
+    """topk of 2-dim rows in passes: each part of PART elements (the last one the rest
+    too) gives its k first, in slots of its own of a row of candidates
     (kernels/sort.py's "parts"), then the k first of the candidates are selected
-    (stably: of equal ones the first slot, which is the first index) and their
-    indices looked up in the parts' (one gather). Every size comes from the shapes."""
+    (stably: of equal ones the first slot, which is the first index; in parts again
+    where the candidates are half the row or fewer and still long) and their indices
+    looked up in the parts' (a gather a pass). Every size comes from the shapes."""
     rows, n = input.shape
     k = values.shape[1]
     width = (n // PART) * k
@@ -127,7 +133,9 @@ def _in_parts(input, values, indices, flag):
     found = torch.empty(rows, width, dtype=torch.int64, device=input.device)
     _launch(_PARTS, input, candidates, found, flag)
     slots = torch.empty(rows, k, dtype=torch.int64, device=input.device)
-    _launch(_group(width), candidates, values, slots, flag)
+    # The candidates in parts again where they are many (k = 1024 of 128256: 63488,
+    # then 31744 and 15360, "select" taking the 7168 left), else by a tile or "select".
+    _each("topk", _group(width), candidates, values, slots, flag)
     torch.gather(found, 1, slots, out=indices)
 
 

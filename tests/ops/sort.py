@@ -293,8 +293,8 @@ def _check_runtime(make):
 
 
 def _check_parts(nt):
-    """topk of long rows in two passes (few rows: the "parts" kernel, then a tile or
-    "select" over the candidates): 4 parts of 2048, the last with the row's 808 more;
+    """topk of long rows in passes (few rows: the "parts" kernel, then a tile, "select"
+    or parts again over the candidates): 4 parts of 2048, the last with the row's 808 more;
     ties at the k-th across parts (the first indices kept), NaN of both signs,
     infinities, signed zeros, a row of one value; largest and smallest; k = 1, one
     whose candidates a tile sorts, one that "select" takes, and 1024."""
@@ -311,6 +311,11 @@ def _check_parts(nt):
     nt._PARTED_ROWS = 0  # the same rows by one program each ("select")
     exactly(nt.topk(x, 300), stable_topk(x, 300))
     nt._PARTED_ROWS = 128
+    # Candidates in parts again: 8 parts' 8192, then 4 parts' 4096, which "select" takes.
+    long = torch.randint(-9, 9, (1, 17000)).to(torch.float32)
+    long[0, 16990:] = math.inf
+    for largest in (True, False):
+        exactly(nt.topk(long, 1024, largest=largest), stable_topk(long, 1024, largest=largest))
 
 
 def _check_out(nt, cube):
