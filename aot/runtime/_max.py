@@ -13,6 +13,7 @@ from . import _checks as check
 from ._library import compiling, fake, implementation, routed, traced
 from ._reductions import (
     as_rows,
+    chunk_results,
     chunk_size,
     chunks,
     layout,
@@ -60,19 +61,12 @@ def _rows(rows):
     while True:
         kind = layout(rows)
         parts = chunks(n, chunk_size("max", layout=kind))
-        values = _results(count, parts, rows.dtype, kind, rows.device)
-        indices = _results(count, parts, torch.int64, kind, rows.device)
+        values = chunk_results(count, parts, rows.dtype, kind, rows.device)
+        indices = chunk_results(count, parts, torch.int64, kind, rows.device)
         _launch(_MAX[kind], rows, positions, gather, values, indices)
         if parts == 1:
             return values, indices
         rows, positions, gather, n = values, indices, 1, parts
-
-
-def _results(count, parts, dtype, kind, device):
-    """(count, parts) results, side by side (stride 1 along dim 0) for layout "columns"."""
-    if kind == "columns":
-        return torch.empty(parts, count, dtype=dtype, device=device).t()
-    return torch.empty(count, parts, dtype=dtype, device=device)
 
 
 @implementation("max")

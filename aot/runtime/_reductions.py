@@ -52,6 +52,14 @@ def layout(rows):
     return "columns" if rows.stride(0) < rows.stride(1) else "rows"
 
 
+def chunk_results(count, parts, dtype, kind, device):
+    """(count, parts) results of `count` rows' chunks, for the next launch to read as
+    rows: side by side (stride 1 along dim 0) for layout "columns", as its rows are."""
+    if kind == "columns":
+        return torch.empty(parts, count, dtype=dtype, device=device).t()
+    return torch.empty(count, parts, dtype=dtype, device=device)
+
+
 def result_shape(shape, reduced, keepdim):
     """The shape of a reduction of a tensor of `shape` over `reduced` dims."""
     if keepdim:

@@ -13,6 +13,7 @@ from . import _checks as check
 from ._library import fake, routed
 from ._reductions import (
     as_rows,
+    chunk_results,
     chunk_size,
     chunks,
     layout,
@@ -52,28 +53,19 @@ def _reduced(input, reduced, keepdim, dtype, function):
         filler = math.nan if function == _MEAN else -math.inf
         return torch.full(shape, filler, dtype=dtype, device=input.device)
     scale = 1.0 / n
-    while chunks(rows.shape[1], chunk_size("sums", layout=layout(rows))) > 1:
-        rows = _partial(rows, scale, function)
-        scale = 1.0
+    while True:  # results per chunk, in fp32, reduced again
+        kind = layout(rows)
+        parts = chunks(rows.shape[1], chunk_size("sums", layout=kind))
+        if parts == 1:
+            break
+        partial = chunk_results(count, parts, torch.float32, kind, rows.device)
+        _launch((_FP32 if rows.dtype in _HALVES else _SAME)[kind], rows, scale, function, partial)
+        rows, scale = partial, 1.0
     direct = rows.dtype == dtype or (rows.dtype in _HALVES and dtype == torch.float32)
     result = torch.empty(shape, dtype=dtype if direct else torch.float32, device=input.device)
-    group = (_SAME if rows.dtype == result.dtype else _FP32)[layout(rows)]
+    group = (_SAME if rows.dtype == result.dtype else _FP32)[kind]
     _launch(group, rows, scale, function, result.view(count, 1))
     return result if direct else result.to(dtype)
-
-
-def _partial(rows, scale, function):
-    """The results of `rows`' chunks, (rows, chunks) in fp32: of layout "columns" laid
-    out as its rows are, side by side (the next launch's rows, of that layout too)."""
-    count, n = rows.shape
-    kind = layout(rows)
-    parts = chunks(n, chunk_size("sums", layout=kind))
-    if kind == "columns":
-        partial = torch.empty(parts, count, dtype=torch.float32, device=rows.device).t()
-    else:
-        partial = torch.empty(count, parts, dtype=torch.float32, device=rows.device)
-    _launch((_FP32 if rows.dtype in _HALVES else _SAME)[kind], rows, scale, function, partial)
-    return partial
 
 
 @routed("mean")
