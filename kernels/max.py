@@ -79,21 +79,29 @@ API = (
     ),
 )
 
-# A chunk of 4096: a model's hidden size in one launch, a vocabulary of 128256 logits in
-# 32 programs a row, then one over their 32 results. H200, CUDA graphs
-# (tests/benchmarks/bench_reductions.py), argmax of bf16 (batch, 128256), ours / torch
-# us: batch 1 5.3 / 26.7, 8 6.5 / 26.9, 64 23.5 / 27.2, 256 83 / 46.5 (fp32 alike): past
-# 64 rows the programs' count, not the bytes, sets the time (94 registers a thread,
-# two programs a multiprocessor). That kernel kept an int64 index a lane; with the
-# int32 positions that replaced it (H100): batch 1 6.2 / 26.6, 8 7.2 / 27.4, 64 21.6 /
-# 27.3, 256 75.8 / 46.9.
-CONFIG = Config({"block_size": 4096, "blocks": 1}, num_warps=8, num_stages=2)
+# Chunks of 8192 elements, eight tiles of 1024 in 4 warps: a vocabulary of 128256 logits
+# in 16 programs a row, then one over their 16 results; a chunk past a row's end reads
+# only the row's tiles. The first kernel had one tile of 4096 a chunk in 8 warps: past
+# 64 rows the programs' count, not the bytes, set the time. A sweep of the chunk's shape
+# (standalone Triton of this application, H100, CUDA graphs, argmax of bf16 (1 / 8 / 64
+# / 256, 128256) and of a whole (4096, 4096); .device script, not in the repository):
+# one tile of 4096 4.2 / 4.7 / 13.9 / 46.8 / 25.3 us, 8 x 1024 with the lanes reduced
+# through one key 4.5 / 4.8 / 9.2 / 31.1 / 16.3 (three reductions: 5.3 / 5.3 / 9.9 / 31.8
+# / 17.2), 4 x 4096 in 8 warps 5.1 / 5.2 / 9.8 / 34.5 / 17.4, 8 x 4096 7.5 / 7.7 / 9.9 /
+# 33.5 / 15.6, 4 x 2048 in 4 warps 4.5 / 4.8 / 9.8 / 33.8 / 17.5; torch 26.6 / 26.9 /
+# 27.4 / 47.0 / 26.9. The wheel's kernels before and after, in one run (H100,
+# bench_reductions.py, us, torch in brackets): argmax of bf16 (1, 128256) 5.3 -> 6.3
+# (26.5), (64, 128256) 17.4 -> 11.3 (27.4), (256, 128256) 59.9 -> 35.4 (47.0), fp32
+# (256, 128256) 62.7 -> 52.3 (54.4), a whole bf16 (4096, 4096) 31.3 -> 19.9 (26.7). The
+# tiles unrolled in place of the loop: 0.3-1.2 us slower at 1 to 256 rows, 1.4 faster
+# on a whole tensor.
+CONFIG = Config({"block_size": 1024, "blocks": 8}, num_warps=4, num_stages=3)
 # Layout "columns": kernels/sums.py's (blocks of 64 rows, chunks of 256 of their
 # elements). H100, argmax of a bf16 (4096, 4096) along dim 0: 40.1 us, torch 57.1.
 COLUMNS = Config({"rows": 64, "block_size": 64, "blocks": 4}, num_warps=4, num_stages=3)
 
 
-def arrangement(input, positions, gather, values, indices, block_size=4096, blocks=1):
+def arrangement(input, positions, gather, values, indices, block_size=1024, blocks=8):
     rows = functools.partial(chunks.arrange_chunks, block_size=block_size, blocks=blocks)
     results = chunks.arrange_results
     return rows(input), rows(positions), gather, results(values), results(indices)
@@ -111,31 +119,42 @@ def arrangement_columns(
 
 def application(input, positions, gather, values, indices):
     n = input.source.shape[-1]
+    size = input.dtype.shape[0]
+    # The chunk's first element, and its tiles that hold some of the row: a row shorter
+    # than a chunk (a hidden size) reads only those.
+    start = ntl.min(input[0].offsets(-1), 0)
+    tiles = ntl.cast(ntl.minimum((n - start + size - 1) // size, input.shape[0]), ntl.int32)
     best = ntl.full(input.dtype.shape, float("-inf"), ntl.float32)
     tile = ntl.full(input.dtype.shape, -1, ntl.int32)  # where each lane's best was: -1 none
-    for i in range(input.shape[0]):
+    for i in range(tiles):
         x = ntl.cast(input[i], ntl.float32)
         larger = (x > best) | ((x != x) & (best == best)) | (tile < 0)
         take = (input[i].offsets(-1) < n) & larger
         best = ntl.where(take, x, best)
         tile = ntl.where(take, i, tile)
-    nan = ntl.max(ntl.where(best != best, 1, 0), 0) != 0
-    hit = ntl.where(nan, best != best, best == ntl.max(best, 0)) & (tile >= 0)
-    # Positions within the chunk, in int32 (the chunk's first element its 0): the least
-    # of the lanes holding the maximum.
-    start = ntl.min(input[0].offsets(-1), 0)
-    local = tile * input.dtype.shape[0] + ntl.cast(input[0].offsets(-1) - start, ntl.int32)
-    first = ntl.min(ntl.where(hit, local, 2147483647), 0)
-    # The value of the lane chosen: +0.0 and -0.0 compare equal, and torch gives the one
-    # at the index it gives.
-    value = ntl.max(ntl.where(local == first, best, float("-inf")), 0)
+    # Positions within the chunk, in int32 (the chunk's first element its 0).
+    local = tile * size + ntl.cast(input[0].offsets(-1) - start, ntl.int32)
+    # The lanes reduced once, through an int64 key a lane: above, its best as an int32
+    # that orders as the floats do (NaN made positive: the largest; -0.0 made +0.0, equal
+    # to it), below, its position subtracted from 2^31 - 1 (a lane that took nothing,
+    # the least), so the largest key is the first occurrence of the largest value.
+    canonical = ntl.where(best != best, float("nan"), best + 0.0)
+    bits = ntl.cast(canonical, ntl.int32, bitcast=True)
+    ordered = ntl.where(bits >= 0, bits, bits ^ 2147483647)
+    below = 2147483647 - ntl.where(tile >= 0, local, 2147483647)
+    top = ntl.max((ntl.cast(ordered, ntl.int64) << 32) | ntl.cast(below, ntl.int64), 0)
+    first = 2147483647 - ntl.cast(top & 2147483647, ntl.int32)
+    above = ntl.cast(top >> 32, ntl.int32)
+    value = ntl.cast(ntl.where(above >= 0, above, above ^ 2147483647), ntl.float32, bitcast=True)
+    if value == 0.0:  # +0.0 or -0.0: torch gives the one at the index it gives
+        value = ntl.max(ntl.where(local == first, best, float("-inf")), 0)
     index = ntl.cast(start, ntl.int64) + first
     if gather != 0:  # the index the chunk's result at `first` came with
         index = ntl.cast(-1, ntl.int64)
-        for i in range(input.shape[0]):
+        for i in range(tiles):
             at = input[i].offsets(-1) - start == first
             index = ntl.maximum(index, ntl.max(ntl.where(at, positions[i], -1), 0))
-    values = ntl.where(nan, float("nan"), value)  # noqa: F841
+    values = value  # noqa: F841
     indices = index  # noqa: F841
 
 
@@ -181,7 +200,7 @@ def unit_dims(variant):
     return {"input": (0,)} if dict(variant.switches)["layout"] == "columns" else {}
 
 
-def premake(ndim, dtype, layout="rows", block_size=4096, blocks=1, rows=64):
+def premake(ndim, dtype, layout="rows", block_size=1024, blocks=8, rows=64):
     tensors = (
         Tensor(ndim, dtype=dtype, other=float("-inf")),
         Tensor(ndim, dtype=ninetoothed.int64, other=0),

@@ -1,6 +1,8 @@
-"""mean and logsumexp over the last dim of 2-dim rows, two functions of one kernel: a
-row's sum times a scale (1 / n: the mean), or its log-sum-exp, as the constant
-`logsumexp` each call passes says (one branch a launch). The runtime
+"""mean and logsumexp over the last dim of 2-dim rows, and max's largest value of a whole
+tensor, three functions of one kernel: a row's sum times a scale (1 / n: the mean),
+its log-sum-exp, or its largest value (NaN the largest; `max(input)`, which wants no
+index, as one row), as the constant `function` each call passes says (0, 1, 2; one
+branch a launch). The runtime
 (aot/runtime/_sums.py) moves the reduced dims last and merges the others into rows.
 Where it reduces leading dims the rows lie side by side (stride 1 along dim 0): the
 kernels of layout "columns" read a block of rows a program, along that dim, and each
@@ -78,11 +80,24 @@ API = (
     ),
 )
 
-# Chunks of one tile of 4096 in 8 warps (rms_norm's tile): a hidden size of 4096 in one
-# launch. H200, bf16 (4096, 4096), CUDA graphs: chunks of two tiles (8192, hidden sizes
-# up to 8192 in one launch) took 13.8 us (torch 6.7), the second tile of a row of 4096
-# masked whole.
-CONFIG = Config({"block_size": 4096, "blocks": 1}, num_warps=8, num_stages=2)
+# Chunks of 8192 elements, four tiles of 2048 in 4 warps: the mean's and the largest
+# value's tiles unrolled (the loads of a row shorter than a chunk, a hidden size, past
+# its end are masked off), log-sum-exp's looping over the tiles that hold some of the
+# row. The first kernel had one tile of 4096 a chunk in 8 warps (a hidden size in one
+# launch); two tiles of 4096 looped over, the second of a row of 4096 masked whole, took
+# 13.8 us on a bf16 (4096, 4096) (H200; torch 6.7). A sweep of the chunk's shape
+# (standalone Triton of the mean, H100, CUDA graphs, mean of bf16 (1, 4096), (256, 4096),
+# (4096, 4096), a whole (4096, 4096) and (64, 128256); .device script, not in the
+# repository): one tile of 4096 1.7 / 2.0 / 6.8 / 9.6 / 5.8 us, 4 x 2048 2.0 / 2.2 / 8.0
+# / 8.0 / 5.7, 2 x 2048 1.7 / 2.0 / 6.5 / 8.6 / 5.4, 8 x 1024 1.7 / 2.1 / 7.3 / 7.8 /
+# 5.4; torch 2.5 / 5.5 / 7.2 / 12.3 / 9.3. The wheel's kernels before and after, in one
+# run (H100, bench_reductions.py, us, torch in brackets): mean of bf16 (1, 4096) 1.68 ->
+# 1.86 (2.37), (4096, 4096) 9.0 -> 8.7 (7.1), a whole (4096, 4096) 12.2 -> 10.2 (12.4);
+# log-sum-exp of (1, 128256) 5.3 -> 6.9 (34.4), (64, 128256) 11.9 -> 11.0 (71.4); max of
+# a whole (4096, 4096) through max's kernels 31.3 (with the index), through this one
+# 13.5 (16.8). Each lane's own running log-sum-exp, its tiles unrolled, took 32.5 on a
+# (4096, 4096) (14.4 looping): twice the exponentials.
+CONFIG = Config({"block_size": 2048, "blocks": 4}, num_warps=4, num_stages=2)
 # Layout "columns": blocks of 64 rows (128 bytes of a half type along dim 0) and chunks
 # of 256 of their elements, four tiles of 64; a (4096, 4096) along dim 0 in 64 x 16
 # programs, a (65536, 64) in 256. H100, CUDA graphs (bench_reductions.py), ours / torch
@@ -92,22 +107,27 @@ CONFIG = Config({"block_size": 4096, "blocks": 1}, num_warps=8, num_stages=2)
 COLUMNS = Config({"rows": 64, "block_size": 64, "blocks": 4}, num_warps=4, num_stages=3)
 
 
-def arrangement(input, scale, logsumexp, output, block_size=4096, blocks=1):
+def arrangement(input, scale, function, output, block_size=2048, blocks=4):
     rows = chunks.arrange_chunks(input, block_size, blocks)
-    return rows, scale, logsumexp, chunks.arrange_results(output)
+    return rows, scale, function, chunks.arrange_results(output)
 
 
-def arrangement_columns(input, scale, logsumexp, output, rows=64, block_size=64, blocks=4):
+def arrangement_columns(input, scale, function, output, rows=64, block_size=64, blocks=4):
     blocked = chunks.arrange_blocks(input, rows, block_size, blocks)
-    return blocked, scale, logsumexp, chunks.arrange_block_results(output, rows)
+    return blocked, scale, function, chunks.arrange_block_results(output, rows)
 
 
-def application(input, scale, logsumexp, output):
-    if logsumexp != 0:
-        n = input.source.shape[-1]
+def application(input, scale, function, output):
+    n = input.source.shape[-1]
+    if function == 1:  # log-sum-exp
+        # The chunk's tiles that hold some of the row: a row shorter than a chunk (a
+        # hidden size) reads only those.
+        size = input.dtype.shape[0]
+        start = ntl.min(input[0].offsets(-1), 0)
+        tiles = ntl.minimum((n - start + size - 1) // size, input.shape[0])
         row_max = ntl.cast(float("-inf"), ntl.float32)
         row_sum = ntl.cast(0.0, ntl.float32)
-        for i in range(input.shape[0]):
+        for i in range(tiles):
             x = ntl.where(input[i].offsets(-1) < n, ntl.cast(input[i], ntl.float32), float("-inf"))
             new_max = ntl.maximum(row_max, ntl.max(x, 0))
             infinite = (new_max == float("inf")) | (new_max == float("-inf"))
@@ -115,17 +135,27 @@ def application(input, scale, logsumexp, output):
             row_sum = row_sum * ntl.exp(row_max - shift) + ntl.sum(ntl.exp(x - shift), 0)
             row_max = new_max
         output = row_max + ntl.log(row_sum)
+    elif function == 2:  # the largest value, NaN the largest (max without indices)
+        best = ntl.full(input.dtype.shape, float("-inf"), ntl.float32)
+        for i in ntl.static_range(input.shape[0]):
+            x = ntl.where(input[i].offsets(-1) < n, ntl.cast(input[i], ntl.float32), float("-inf"))
+            best = ntl.where((x > best) | (x != x), x, best)
+        nan = ntl.max(ntl.where(best != best, 1, 0), 0) != 0
+        output = ntl.where(nan, float("nan"), ntl.max(best, 0))
     else:
+        # The chunk's tiles unrolled, so that a program's loads are in flight together
+        # (a loop waits for each tile's); tiles past the row's end load nothing.
         total = ntl.zeros(input.dtype.shape, dtype=ntl.float32)
-        for i in range(input.shape[0]):
+        for i in ntl.static_range(input.shape[0]):
             total += ntl.cast(input[i], ntl.float32)  # padded with 0
         output = ntl.sum(total, 0) * scale  # noqa: F841
 
 
-def application_columns(input, scale, logsumexp, output):
+def application_columns(input, scale, function, output):
     """`application` over a block of rows, each tile (rows, block_size) reduced along
-    its dim 1: the same arithmetic, a running maximum and sum a row."""
-    if logsumexp != 0:
+    its dim 1: the same arithmetic, a running maximum and sum a row (log-sum-exp), or
+    the mean (a largest value comes as one row, never here)."""
+    if function == 1:
         n = input.source.shape[-1]
         start = ntl.full(input.dtype.shape, float("-inf"), ntl.float32)
         row_max = ntl.max(start, 1)
@@ -155,7 +185,7 @@ def unit_dims(variant):
     return {"input": (0,)} if dict(variant.switches)["layout"] == "columns" else {}
 
 
-def premake(ndim, dtype, result="same", layout="rows", block_size=4096, blocks=1, rows=64):
+def premake(ndim, dtype, result="same", layout="rows", block_size=2048, blocks=4, rows=64):
     tensors = (
         Tensor(ndim, dtype=dtype, other=0),
         Tensor(0, dtype=ninetoothed.float32),

@@ -21,6 +21,7 @@ from ._reductions import (
     written,
     written_pair,
 )
+from ._sums import largest
 
 _launch = _C.launch
 _MAX = {kind: check.groups("max", "layout")[(kind,)] for kind in ("rows", "columns")}
@@ -96,7 +97,15 @@ def max(input, dim=None, keepdim=False, *, out=None):
     if compiling():
         return _traced(input, dim, keepdim, out)
     try:
-        values, indices = _largest("max", input, dim, keepdim)
+        if dim is None:  # the value alone: the sums kernels' largest value, no index
+            check.tensor("max", "input", input)
+            if input.numel() == 0:
+                raise RuntimeError(
+                    "max(): Expected reduction dim to be specified for input.numel() == 0."
+                )
+            values, indices = largest(input), None
+        else:
+            values, indices = _largest("max", input, dim, keepdim)
     except _C.SubclassError:
         return _traced(input, dim, keepdim, out)
     return _answer(dim, values, indices, out)

