@@ -27,6 +27,7 @@ from ntops_aot.aot.declare.space import FLOATS, Config, VariantSpace
 # the helpers and every function they call are imported by name.
 from ._lib.sorting import (  # noqa: F401
     gather_candidates,
+    key_position,
     kth_key,
     order_key,
     ranked,
