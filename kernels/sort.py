@@ -158,22 +158,26 @@ def application_select(input, values, indices, descending, tile_rows, tile_size,
     )  # fmt: skip
 
 
-def application_parts(input, values, indices, descending, tile_rows, tile_size, candidates):
+def application_parts(
+    input, values, indices, descending, size, tile_rows, tile_size, candidates
+):  # fmt: skip
     select_part(
         input.source.data_ptr(), values.source.data_ptr(), indices.source.data_ptr(),
         input.source.shape[1], values.source.shape[1], input.source.stride(0),
         input.source.stride(1), values.source.stride(0), values.source.stride(1),
-        indices.source.stride(0), indices.source.stride(1), descending, tile_size,
+        indices.source.stride(0), indices.source.stride(1), descending, size, tile_size,
     )  # fmt: skip
 
 
 def premake(ndim, dtype, tile="1024"):
     rows, size = TILES[tile]
+    # input, values, indices, descending; "parts" takes its parts' size too.
+    scalars = 2 if tile == "parts" else 1
     tensors = (
         Tensor(ndim, dtype=dtype),
         Tensor(ndim, dtype=dtype),
         Tensor(ndim, dtype=ninetoothed.int64),
-        Tensor(0, dtype=ninetoothed.int32),
+        *(Tensor(0, dtype=ninetoothed.int32) for _ in range(scalars)),
         Tensor(0, constexpr=True, value=rows),
         Tensor(0, constexpr=True, value=size),
         Tensor(0, constexpr=True, value=CANDIDATES),

@@ -34,6 +34,16 @@ _PARTED_ROWS = 128  # the most rows taken in parts (a program a row fills the GP
 # CUDA graphs, us: 1 row 102 -> 71.7 (torch 50.8), 8 rows 108 -> 81.9 (58.1), but 64
 # rows 168 -> 192 (119.8): with many rows "select" over the candidates is the cheaper.
 _AGAIN_ROWS = 8
+# Parts grow while their candidates are more than this share of the row (`_part_size`),
+# a smaller one where the candidates may go through parts again. H100, 128256 logits,
+# CUDA graphs, us, parts at shares 2 / 4 / 8 / 16 (torch): bf16 k = 1024, 1 row 67.1 /
+# 53.4 / 59.9 / 73.3 (49.8), 8 rows 76.7 / 63.6 / 72.3 / 90.2 (56.3), 64 rows 163.9 /
+# 120.5 / 108.9 / 132.4 (115.0), 128 rows 228.5 / 182.6 / 169.0 / 185.9 (168.8); k = 256
+# at most 3 us apart but for 16 (2-12 us faster from 1 to 128 rows, 38 slower at 32);
+# k = 50 the same at every share. Parts of 2048 alone (the kernel before) took share 2's
+# times.
+_SHARE = 8
+_SHARE_AGAIN = 4
 # topk's largest k (kernels/sort.py's CANDIDATES).
 CANDIDATES = 1024
 _SOURCE = "kernels/sort.py"
@@ -120,7 +130,20 @@ def _partable(input, k):
     rows, of 4 parts or more, whose candidates are half the row or fewer."""
     rows, n = input.shape
     few = rows <= _PARTED_ROWS and n >= 4 * PART and _offsets(input) <= _OFFSETS
-    return few and (n // PART) * k <= n // 2
+    return few and (n // _part_size(rows, n, k)) * k <= n // 2
+
+
+def _part_size(rows, n, k):
+    """The parts' size of topk's first pass over `rows` rows of `n`: PART, doubled while
+    the candidates they leave are more than a share of the row (_SHARE_AGAIN of it where
+    they may go through parts again, else _SHARE) and 4 parts or more would remain
+    (k = 1024 of 128256: 1 row in 31 parts of 4096, then 7 of 4096 over their
+    candidates; 64 rows in 7 parts of 16384)."""
+    share = _SHARE_AGAIN if rows <= _AGAIN_ROWS else _SHARE
+    size = PART
+    while (n // size) * k > n // share and n // (2 * size) >= 4:
+        size *= 2
+    return size
 
 
 def _in_parts(input, values, indices, flag):
@@ -132,10 +155,11 @@ def _in_parts(input, values, indices, flag):
     looked up in the parts' (a gather a pass). Every size comes from the shapes."""
     rows, n = input.shape
     k = values.shape[1]
-    width = (n // PART) * k
+    size = _part_size(rows, n, k)
+    width = (n // size) * k
     candidates = torch.empty(rows, width, dtype=input.dtype, device=input.device)
     found = torch.empty(rows, width, dtype=torch.int64, device=input.device)
-    _launch(_PARTS, input, candidates, found, flag)
+    _launch(_PARTS, input, candidates, found, flag, size)
     slots = torch.empty(rows, k, dtype=torch.int64, device=input.device)
     # The candidates in parts again where they are many and the rows very few (k = 1024
     # of 128256: 63488, then 31744 and 15360, "select" taking the 7168 left), else by a

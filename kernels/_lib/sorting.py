@@ -136,25 +136,25 @@ def select_row(
 @triton.jit
 def select_part(
     input, values, indices, n, width, s_in_r, s_in_c, s_val_r, s_val_c, s_idx_r, s_idx_c,
-    descending, BLOCK: tl.constexpr,
+    descending, size, BLOCK: tl.constexpr,
 ):  # fmt: skip
     """topk's first pass over long rows at small batches: program (row, part) of a grid
     of rows x cdiv(n, BLOCK) selects the k first elements (k = width / parts) of its
-    part, parts = n // BLOCK of BLOCK elements each, the last taking the rest of the
-    row too (every part holds k or more where k <= BLOCK), into slots part * k.. of
-    the row's `values` and `indices` (indices into the row), unsorted: of each value,
-    the elements in index order, and the parts in order, so that a stable selection
-    over the slots (the second pass) keeps equal elements in index order. Programs
-    past the last part (cdiv's extra one) do nothing."""
+    part, parts = n // size of `size` elements each (a multiple of BLOCK, read BLOCK at
+    a time), the last taking the rest of the row too (every part holds k or more where
+    k <= size), into slots part * k.. of the row's `values` and `indices` (indices into
+    the row), unsorted: of each value, the elements in index order, and the parts in
+    order, so that a stable selection over the slots (the second pass) keeps equal
+    elements in index order. Programs past the last part do nothing."""
     slots = tl.cdiv(n, BLOCK)
     program = tl.program_id(0)
     row = program // slots
     part = program % slots
-    parts = n // BLOCK
+    parts = n // size
     if part < parts:
         k = width // parts
-        start = part * BLOCK
-        length = tl.where(part == parts - 1, n - start, BLOCK)
+        start = part * size
+        length = tl.where(part == parts - 1, n - start, size)
         source = input + row * s_in_r + start * s_in_c
         kth, ties, low = kth_key(source, length, k, s_in_c, descending, BLOCK)
         gather_candidates(

@@ -84,7 +84,7 @@ def _first_pass(nt, x, k):
     width = (n // sort.PART) * k
     candidates = torch.empty(rows, width, dtype=x.dtype, device=x.device)
     found = torch.empty(rows, width, dtype=torch.int64, device=x.device)
-    sort._launch(sort._PARTS, x, candidates, found, 1)
+    sort._launch(sort._PARTS, x, candidates, found, 1, sort.PART)
     values, slots = (part[:, :k] for part in stable_sort(candidates, descending=True))
     return torch.return_types.topk((values.contiguous(), found.gather(1, slots)))
 
@@ -311,11 +311,18 @@ def _check_parts(nt):
     nt._PARTED_ROWS = 0  # the same rows by one program each ("select")
     exactly(nt.topk(x, 300), stable_topk(x, 300))
     nt._PARTED_ROWS = 128
-    # Candidates in parts again: 8 parts' 8192, then 4 parts' 4096, which "select" takes.
+    # Parts of two tiles (k = 1024: parts of 2048 would leave half the row): 4 parts'
+    # 4096 candidates, which "select" takes.
+    assert nt._part_size(1, 17000, 1024) == 2 * nt.PART
     long = torch.randint(-9, 9, (1, 17000)).to(torch.float32)
     long[0, 16990:] = math.inf
     for largest in (True, False):
         exactly(nt.topk(long, 1024, largest=largest), stable_topk(long, 1024, largest=largest))
+    # Candidates in parts again (parts kept while they leave half the row or less): 8
+    # parts' 8192, then 4 parts' 4096, which "select" takes.
+    share, nt._SHARE_AGAIN = nt._SHARE_AGAIN, 2
+    exactly(nt.topk(long, 1024), stable_topk(long, 1024))
+    nt._SHARE_AGAIN = share
 
 
 def _check_out(nt, cube):
