@@ -2,7 +2,9 @@
 adaptive_max_pool2d): each output the largest element of its window, NaN the largest
 of all, and with `want` set its index into the input's (D, H, W) plane, as torch's
 return_indices gives it: the first of equal maxima in the window's order, the last NaN,
-and where every element is -inf the window's first element inside the input.
+and where every element is -inf the window's first element inside the input. A window
+wholly inside the padding (a padding over half the kernel, which torch refuses and
+upstream's pools take) holds no element: -inf, index -1.
 
 One kernel serves the four functions (kernels/_lib/pooling.py: every pool a 3-d pool
 of a window read at run time); aot/runtime/_max_pool.py works out the window and the

@@ -1,10 +1,11 @@
-"""sign, sgn: -1, 0 or 1 by the sign of input (torch.sign; torch.sgn, which is sign for
-real tensors), two functions of one kernel.
+"""sign: -1, 0 or 1 by the sign of input (torch.sign); torch.sgn of real tensors too,
+which is sign there (kernels/sgn.py declares sgn, whose runtime function sends real
+tensors here and its own kernels complex ones).
 
 As torch's kernels (c10::signum): (input > 0) - (input < 0), so NaN and -0.0 give +0.0
 (not NaN, as NumPy would), and an unsigned input is never negative. Integer tensors
 are built as the comparisons' are: torch takes them, and index arithmetic calls sign
-on them. sgn's complex tensors are not built (no op here is).
+on them.
 """
 
 import ninetoothed.language as ntl
@@ -20,16 +21,15 @@ SPACE = VariantSpace(
     specialized_ndims=element_wise.SPECIALIZED_NDIMS,
 )
 
-SIGNATURE = "(Tensor input, *, Tensor? out=None)"
-SAMPLES = (
-    sample(input=(6, 42, 123)),
-    sample("special", input=(6, 42, 123)),
-    sample(input=()),
-    sample(input=(0, 5)),
-)
-API = (
-    Api(SIGNATURE, "torch.sign", samples=SAMPLES),
-    Api(SIGNATURE, "torch.sgn", name="sgn", samples=SAMPLES),
+API = Api(
+    "(Tensor input, *, Tensor? out=None)",
+    "torch.sign",
+    samples=(
+        sample(input=(6, 42, 123)),
+        sample("special", input=(6, 42, 123)),
+        sample(input=()),
+        sample(input=(0, 5)),
+    ),
 )
 
 arrangement = element_wise.arrangement

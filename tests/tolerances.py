@@ -34,12 +34,14 @@ def bounds(
     """(rtol, atol) for an op on inputs of `dtype`: its `declared` ones (its API's
     "tolerance") for that dtype where it has them, else the table's for the result's
     dtype (`result`, by default `dtype`: a softmax to float64 is as close as
-    float64's); (0, 0) for a result compared exactly."""
+    float64's; a complex one's parts as its real dtype's); (0, 0) for a result
+    compared exactly."""
     own = (declared or {}).get(_SHORT.get(dtype, ""))
     if own is not None:
         rtol, atol = own
         return float(rtol), float(atol)
-    return DEFAULT.get(result or dtype, (0.0, 0.0))
+    result = result or dtype
+    return DEFAULT.get(result.to_real() if result.is_complex else result, (0.0, 0.0))
 
 
 def tolerance(

@@ -3,7 +3,12 @@
 
 Each has two forms of result, the values and with return_indices (values, indices);
 its torch.library op returns both always (its `implementation`), the indices empty
-without return_indices, and the function takes what torch's would return from it."""
+without return_indices, and the function takes what torch's would return from it.
+
+The fixed pools take any padding, as upstream's do, where torch refuses one over half
+the kernel: the padding is -inf, so a window wholly inside it gives -inf, and index -1
+(no element of the input is its maximum); the output's size is torch's formula, which
+holds for any padding (_windows.outputs)."""
 
 import functools
 
@@ -25,17 +30,24 @@ def _pool(input, spatial, counts, scalars, adaptive, return_indices):
     12); without return_indices, indices are empty and the kernel writes none: it is
     given a stand-in of one element per plane, which it never writes (the launcher
     takes no output with a stride-0 dim)."""
-    values = windows.empty(input, spatial, counts)
+    values, indices = _results(input, spatial, counts, return_indices)
     if return_indices:
-        indices = windows.empty(input, spatial, counts, torch.int64)
         written = windows.volume(indices, spatial)
     else:
-        indices = torch.empty(0, dtype=torch.int64, device=input.device)
         planes = windows.volume(values, spatial).shape[:2]
         written = torch.empty((*planes, 1, 1, 1), dtype=torch.int64, device=input.device)
     volumes = (windows.volume(values, spatial), written, windows.volume(input, spatial))
     _launch(_MAX_POOL, *volumes, *scalars, adaptive, int(return_indices))
     return values, indices
+
+
+def _results(input, spatial, counts, return_indices):
+    """(values, indices) as the op returns them, unwritten: in torch's layouts, the
+    indices empty without return_indices (the kernels' and the fakes')."""
+    values = windows.empty(input, spatial, counts)
+    if return_indices:
+        return values, windows.empty(input, spatial, counts, torch.int64)
+    return values, input.new_empty(0, dtype=torch.int64)
 
 
 def _fixed(
@@ -48,7 +60,7 @@ def _fixed(
     *window, ceil_mode, return_indices = _arguments(
         op, kernel_size, stride, padding, dilation, ceil_mode, return_indices
     )
-    counts, scalars = windows.fixed(op, input, spatial, *window, ceil_mode)
+    counts, scalars = windows.fixed(op, input, spatial, *window, ceil_mode, halved=False)
     return _pool(input, spatial, counts, scalars, 0, return_indices)
 
 
@@ -102,7 +114,8 @@ def _fixed_function(op):
     pool.__doc__ = (
         f"torch.nn.functional.{op}: the largest element of each window (NaN the largest), "
         "with return_indices also each one's index into its input plane (the first of "
-        "equal maxima, the last NaN)."
+        "equal maxima, the last NaN). Paddings over half the kernel are taken, as "
+        "upstream ntops takes them: -inf, a window wholly inside them -inf at index -1."
     )
     implementation(op)(functools.partial(_fixed, op))
     fake(op)(functools.partial(_fixed_fake, op))
@@ -113,13 +126,16 @@ def _fixed_fake(
     op, input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
     return_indices=False,
 ):  # fmt: skip
-    """torch's answer as the op gives it (its arguments as the schema passes them:
-    lists of one int for every dim among them)."""
-    *arguments, return_indices = _arguments(
+    """The op's results as `_fixed` allocates them (its arguments as the schema passes
+    them: lists of one int for every dim among them), with its checks; not torch's F,
+    which refuses the paddings over half the kernel that the op takes."""
+    spatial = _FIXED[op]
+    windows.shaped(op, input, spatial)
+    *window, ceil_mode, return_indices = _arguments(
         op, kernel_size, stride, padding, dilation, ceil_mode, return_indices
     )
-    values, indices = getattr(F, op)(input, *arguments, return_indices=True)
-    return values, indices if return_indices else indices.new_empty(0)
+    counts, _ = windows.fixed(op, input, spatial, *window, ceil_mode, halved=False)
+    return _results(input, spatial, counts, return_indices)
 
 
 max_pool1d = _fixed_function("max_pool1d")

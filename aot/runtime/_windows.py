@@ -41,6 +41,11 @@ def _is_int(value):
 def checked(op, input, spatial):
     """`input`, a tensor of `spatial` + 1 or + 2 dims with non-empty non-batch dims."""
     check.tensor(op, "input", input)
+    return shaped(op, input, spatial)
+
+
+def shaped(op, input, spatial):
+    """`checked`'s test of the dims alone, which a fake tensor passes too."""
     dims = input.ndim - spatial
     if dims not in (1, 2) or any(size == 0 for size in input.shape[dims - 1 :]):
         raise RuntimeError(
@@ -50,17 +55,21 @@ def checked(op, input, spatial):
     return input
 
 
-def outputs(op, size, kernel, stride, pad, dilation, ceil_mode):
+def outputs(op, size, kernel, stride, pad, dilation, ceil_mode, halved=True):
     """torch's pooling_output_shape, with its checks: windows that start in the right
-    padding are dropped in ceil_mode."""
+    padding are dropped in ceil_mode. `halved`: torch's limit of the padding to half
+    the kernel, which the max pools go without (as upstream's compute them: the
+    padding is -inf, and a window wholly inside it -inf); the formula holds for any
+    padding."""
     if kernel <= 0 or stride <= 0 or dilation <= 0:
         raise RuntimeError(
             f"{op}: kernel size, stride and dilation should be greater than zero, but got "
             f"kernel {kernel}, stride {stride}, dilation {dilation}"
         )
-    if pad < 0 or pad > kernel // 2:
+    if pad < 0 or (halved and pad > kernel // 2):
+        at_most = " and at most half of kernel size" if halved else ""
         raise RuntimeError(
-            f"{op}: pad should be at least zero and at most half of kernel size, but got "
+            f"{op}: pad should be at least zero{at_most}, but got "
             f"pad = {pad} and kernel_size = {kernel}"
         )
     count = (
@@ -77,12 +86,14 @@ def outputs(op, size, kernel, stride, pad, dilation, ceil_mode):
     return count
 
 
-def fixed(op, input, spatial, kernel, stride, padding, dilation, ceil_mode):
+def fixed(op, input, spatial, kernel, stride, padding, dilation, ceil_mode, halved=True):
     """A fixed window's output sizes and the kernels' 12 window scalars (kernel sizes,
-    strides, paddings, dilations along D, H and W)."""
+    strides, paddings, dilations along D, H and W); `halved` as `outputs` takes it."""
     dims = list(zip(kernel, stride, padding, dilation, strict=True))
     shape = input.shape[input.ndim - spatial :]
-    counts = [outputs(op, size, *dim, ceil_mode) for size, dim in zip(shape, dims, strict=True)]
+    counts = [
+        outputs(op, size, *dim, ceil_mode, halved) for size, dim in zip(shape, dims, strict=True)
+    ]
     return counts, _scalars([_ONE] * (3 - spatial) + dims)
 
 

@@ -87,6 +87,10 @@ def apply(tensor, step):
         return torch._neg_view(tensor)
     if kind == "imag":  # a real view with the negative bit set
         return tensor.conj().imag
+    if kind == "complex":  # a float (..., 2) tensor's pairs as complex numbers
+        return torch.view_as_complex(tensor)
+    if kind == "conj":  # a complex view with the conjugate bit set
+        return tensor.conj()
     raise ValueError(f"unknown view step {step!r}")
 
 
@@ -181,4 +185,8 @@ def _step_text(step):
         return "._neg_view()"
     if kind == "imag":
         return ".conj().imag"
+    if kind == "complex":
+        return " as complex (torch.view_as_complex)"
+    if kind == "conj":
+        return ".conj()"
     return f".{kind}{tuple(rest) if kind == 'as_strided' else rest[0]}"

@@ -67,7 +67,10 @@ def size_in(served, size):
 def values(shape, dtype, domain=None, device="cuda"):
     """Random values of `dtype`: normal floats (positive ones with domain "positive",
     a quarter of them `SPECIAL` ones at random places with domain "special", no two
-    equal with domain "distinct"), small integers, or bools."""
+    equal with domain "distinct"), complex numbers of such parts, small integers, or
+    bools."""
+    if dtype.is_complex:
+        return torch.view_as_complex(values((*shape, 2), dtype.to_real(), domain, device))
     if dtype.is_floating_point and domain == "distinct":
         return _distinct(shape, dtype, device)
     if dtype.is_floating_point:

@@ -77,13 +77,88 @@ def calls(name, dtype):
     ]
 
 
+def padded(name):
+    """F.<name> where torch takes the padding; past half the kernel, as upstream's
+    pools compute it (torch refuses it): the input padded with -inf explicitly (on the
+    right to torch's output size, cropped where that needs less, as upstream's
+    max_pool3d pads) and pooled without padding. Indices are mapped back to the input's
+    plane, -1 inside the padding; where the maximum is -inf, the first element inside
+    the input (a pool of a mask: 0 inside, -1 in the padding), as torch's own give."""
+    pool, spatial = getattr(F, name), int(name[-2])
+
+    def reference(
+        input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+        return_indices=False,
+    ):  # fmt: skip
+        kernel = _each(kernel_size, spatial)
+        given = stride is not None and (isinstance(stride, int) or len(stride))
+        strides = _each(stride, spatial) if given else kernel
+        pads, dilations = _each(padding, spatial), _each(dilation, spatial)
+        if all(0 <= pad <= size // 2 for pad, size in zip(pads, kernel, strict=True)):
+            options = (kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+            return pool(input, *options)
+        lengths = input.shape[input.ndim - spatial :]
+        windows = list(zip(lengths, kernel, strides, pads, dilations, strict=True))
+        rights = [_right(name, *window, ceil_mode) for window in windows]
+        ends = zip(pads[::-1], rights[::-1], strict=True)  # F.pad's order: the last dim first
+        widths = [width for pad, right in ends for width in (pad, right)]
+
+        def pooled(x, fill):
+            wide = F.pad(x, widths, value=fill)
+            found = pool(wide, kernel, strides, 0, dilations, False, True)
+            return (*found, wide.shape[wide.ndim - spatial :])
+
+        values, at, plane = pooled(input, -math.inf)
+        if not return_indices:
+            return values
+        _, first, _ = pooled(torch.zeros_like(input), -1.0)
+        at = torch.where(values == -math.inf, first, at)
+        index, inside = torch.zeros_like(at), torch.ones_like(at, dtype=torch.bool)
+        coordinates = torch.unravel_index(at, plane)
+        for coordinate, pad, length in zip(coordinates, pads, lengths, strict=True):
+            coordinate = coordinate - pad
+            inside &= (coordinate >= 0) & (coordinate < length)
+            index = index * length + coordinate
+        return values, torch.where(inside, index, -1)
+
+    return reference
+
+
+def _each(value, spatial):
+    """A pool's int or list of ints as `spatial` ints."""
+    value = [value] if isinstance(value, int) else list(value)
+    return value * spatial if len(value) == 1 else value
+
+
+def _right(name, length, kernel, stride, pad, dilation, ceil_mode):
+    """The right padding that makes a pool without padding give torch's output size
+    (pooling_output_shape, which holds for any padding): negative to crop."""
+    if pad < 0:
+        raise RuntimeError(f"{name}: pad should be at least zero")
+    reach = dilation * (kernel - 1) + 1
+    count = (length + 2 * pad - reach + (stride - 1 if ceil_mode else 0)) // stride + 1
+    if ceil_mode and (count - 1) * stride >= length + pad:
+        count -= 1
+    if count < 1:
+        raise RuntimeError(f"{name}: output size is too small")
+    return (count - 1) * stride + reach - length - pad
+
+
 def fuzz_specs():
-    """The four functions' (one kernel serves them)."""
+    """The four functions' (one kernel serves them); the fixed pools' paddings past
+    half the kernel against `padded`."""
     from tests.gpu.fuzz_inputs import FLOATS
     from tests.gpu.fuzz_ops import Spec
 
+    references = {name: padded(name) for name in FUNCTIONS[:3]}
     return {
-        name: Spec(_draw, getattr(F, name), FLOATS, kernel="max_pool", names=("max_pool",))
+        name: Spec(
+            _draw,
+            references.get(name, getattr(F, name)),
+            FLOATS,
+            kernel="max_pool",
+            names=("max_pool",),
+        )
         for name in FUNCTIONS
     }
 
@@ -91,8 +166,8 @@ def fuzz_specs():
 def _draw(d, op):
     """An input of any layout (specials: NaN, infinities) with or without a batch dim;
     a window of 1-4 elements a dim, strides, paddings up to half of it (now and then
-    more: refused), dilations, ceil_mode, return_indices; adaptive output sizes below,
-    at and above the input's."""
+    more: taken, as upstream's pools take them), dilations, ceil_mode, return_indices;
+    adaptive output sizes below, at and above the input's."""
     from tests.gpu.fuzz_inputs import FLOATS
 
     dtype = d.principal(FLOATS)
@@ -163,6 +238,7 @@ def interpreted(make):
     ):
         check_pool(nt.max_pool3d, F.max_pool3d, cube, options)
         check_pool(nt.max_pool3d, F.max_pool3d, cube[0], options)
+    check_past_half(nt, x, cube)
     check_layouts(nt, x)
     check_adaptive(nt, x)
     check_infinite_norms(x)
@@ -178,6 +254,33 @@ def check_pool(ours, theirs, x, options):
     exactly(ours(x, **options), theirs(x, **options))
     got, want = ours(x, **options, return_indices=True), theirs(x, **options, return_indices=True)
     exactly(got, want)
+
+
+def check_past_half(nt, x, cube):
+    """Paddings past half the kernel, which torch refuses and upstream's pools take
+    (its test of max_pool1d: kernel 2, stride 2, padding 2): against `padded`, on
+    inputs with NaNs, ties and -inf beside the padding; a window wholly inside the
+    padding is -inf at index -1."""
+    line = x.flatten(2)[:, :, :37].contiguous()
+    line[0, 1, :3] = -math.inf
+    for options in (
+        {"kernel_size": 2, "stride": 2, "padding": 2},
+        {"kernel_size": 2, "stride": 2, "padding": 2, "ceil_mode": True},
+        {"kernel_size": 3, "stride": 2, "padding": 3, "dilation": 2, "ceil_mode": True},
+        {"kernel_size": 1, "padding": 1},
+    ):
+        check_pool(nt.max_pool1d, padded("max_pool1d"), line, options)
+        check_pool(nt.max_pool1d, padded("max_pool1d"), line[1], options)
+    values, indices = nt.max_pool1d(line, 2, 2, padding=2, return_indices=True)
+    assert values[:, :, 0].eq(-math.inf).all()
+    assert indices[:, :, 0].eq(-1).all()
+    for options in (
+        {"kernel_size": (2, 3), "stride": (1, 2), "padding": (2, 3), "ceil_mode": True},
+        {"kernel_size": 3, "stride": 3, "padding": (1, 2), "dilation": (2, 1)},
+    ):
+        check_pool(nt.max_pool2d, padded("max_pool2d"), x, options)
+    options = {"kernel_size": (2, 3, 2), "stride": 2, "padding": (2, 1, 2), "ceil_mode": True}
+    check_pool(nt.max_pool3d, padded("max_pool3d"), cube, options)
 
 
 def check_layouts(nt, x):
@@ -217,7 +320,7 @@ def check_infinite_norms(x):
 
 def check_refusals(nt, x):
     for options in (
-        {"kernel_size": 3, "padding": 2},  # more than half the window
+        {"kernel_size": 3, "padding": -1},  # (more than half the window: taken)
         {"kernel_size": 0},
         {"kernel_size": 3, "stride": 0},
         {"kernel_size": (2, 2, 2)},

@@ -466,3 +466,24 @@ def test_views_past_their_tensor_or_malformed_are_refused(plan):
         add(plan, (x, (4, 8), ((0, 1), (2, 1))), y, out)  # no dim 2
     with pytest.raises(TypeError, match="view dim 0"):
         add(plan, (x, (-4, 8), whole), y, out)
+
+
+def test_real_views_of_complex_tensors_keep_their_pairs_last(plan):
+    """sgn's complex kernels (kernels/sgn.py) read torch.view_as_real's pairs side by
+    side in the flattened tensor: however a complex tensor is laid out, coalescing
+    keeps the pairs' dim last, at stride 1 in every tensor (a unit-stride kernel), and
+    of an even size (whole pairs). On add's fp16 kernels, over the real views of
+    complex tensors of 10 x 8 (float16 (10, 8, 2) tensors, as complex32's would be)."""
+    pairs = torch.randn(10, 8, 2, dtype=H)
+    for view, ndim in (
+        (pairs, 1),
+        (pairs.transpose(0, 1), 1),  # a transposed complex tensor: dense in another order
+        (pairs[:, :5], 2),
+        (pairs[::2], 2),
+        (pairs[:1].expand(10, -1, -1), 2),  # an expanded one
+    ):
+        out = torch.empty_like(view) if view.stride(0) else torch.empty(view.shape, dtype=H)
+        chosen = add(plan, view, view, out)
+        assert chosen["ndim"] == ndim
+        assert chosen["kernel"].rsplit("/", 1)[1].startswith("i32-u" + str(ndim - 1) * 3)
+        assert chosen["params"][ndim] % 2 == 0  # the first tensor's last size

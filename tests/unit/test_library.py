@@ -248,3 +248,48 @@ def test_the_ops_fakes_refuse_what_torch_refuses(installed, fake):
         installed.rotary_position_embedding(h, cuda(8, 3, dtype=H), cuda(8, 3, dtype=H))
     assert installed.dropout(x, 0.9, training=False) is x  # torch returns input itself
     assert installed.dropout(x, 0.0) is x
+
+
+def test_max_pools_take_paddings_past_half_the_kernel_as_upstream(installed):
+    """Upstream's call max_pool1d(x, 2, stride=2, padding=2), which torch refuses: the
+    ops' fakes give its shape (torch's formula, which holds for any padding) where
+    torch's F raises, on FakeTensorMode's tensors and under torch.compile with dynamic
+    shapes; negative paddings and empty outputs stay refused, and the average pools
+    keep torch's limit (upstream's tests never pass them more)."""
+    F = torch.nn.functional
+    device = "cuda" if torch.backends.cuda.is_built() else "meta"  # (a CPU build's views)
+    with FakeTensorMode():
+        line = torch.empty(2, 3, 17, device=device)
+        with pytest.raises(RuntimeError, match="half of kernel size"):
+            F.max_pool1d(line, 2, 2, 2)
+        for ceil_mode in (False, True):  # 10 windows both: ceil_mode's 11th starts at 19
+            values, indices = installed.max_pool1d(
+                line, 2, 2, padding=2, ceil_mode=ceil_mode, return_indices=True
+            )
+            assert values.shape == indices.shape == (2, 3, 10)
+            assert (values.dtype, indices.dtype) == (torch.float32, torch.int64)
+        assert installed.max_pool1d(line[0], 3, 1, padding=3).shape == (3, 21)
+        image = torch.empty(2, 3, 9, 11, device=device).contiguous(
+            memory_format=torch.channels_last
+        )
+        got = installed.max_pool2d(image, (2, 3), (1, 2), (2, 3), ceil_mode=True)
+        assert got.shape == (2, 3, 11, 7)  # ceil_mode drops the windows starting past the input
+        assert got.is_contiguous(memory_format=torch.channels_last)
+        cube = torch.empty(1, 2, 5, 6, 7, device=device)
+        assert installed.max_pool3d(cube, 2, 2, (2, 1, 2)).shape == (1, 2, 4, 4, 5)
+        with pytest.raises(RuntimeError, match="max_pool1d: pad should be at least zero"):
+            installed.max_pool1d(line, 2, 2, padding=-1)
+        with pytest.raises(RuntimeError, match=r"max_pool1d: .*Output size is too small"):
+            installed.max_pool1d(line, 30, padding=6)
+        with pytest.raises(RuntimeError, match="at most half of"):
+            installed.avg_pool2d(image, 3, padding=2)
+    torch._dynamo.reset()
+    pool = torch.compile(
+        lambda x: installed.max_pool1d(x, 2, 2, padding=2, return_indices=True),
+        backend="eager",
+        fullgraph=True,
+        dynamic=True,
+    )
+    for length in (17, 40):
+        values, indices = pool(torch.empty(2, 3, length, device="meta"))
+        assert values.shape == indices.shape == (2, 3, length // 2 + 2)

@@ -57,6 +57,7 @@ RUNTIME = {
     "_sampling_reference.py",
     "_scaled_mm.py",
     "_settings.py",
+    "_sgn.py",
     "_silu_mul.py",
     "_softmax.py",
     "_sort.py",
