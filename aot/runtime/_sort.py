@@ -29,7 +29,11 @@ _SELECT = _TILES[("select",)]
 # row in 137-199 us against torch's 36-57 (H100, batch 1 and 8).
 PART = 2048
 _PARTS = _TILES[("parts",)]
-_PARTED_ROWS = 128  # the most rows taken in parts (a program a row fills the GPU past)
+# The most rows taken in parts. H100, 128256 logits, CUDA graphs, us, 256 rows in parts
+# / a program a row (torch): bf16 k = 1 250.5 / 285.2 (304.1), k = 50 270.6 / 352.4
+# (310.2), k = 1024 297.1 / 363.5 (327.2); fp32 k = 50 300.3 / 382.3 (471.3). Past 256
+# rows not measured.
+_PARTED_ROWS = 256
 # The most rows whose candidates go through parts again. H100, bf16, k = 1024 of 128256,
 # CUDA graphs, us: 1 row 102 -> 71.7 (torch 50.8), 8 rows 108 -> 81.9 (58.1), but 64
 # rows 168 -> 192 (119.8): with many rows "select" over the candidates is the cheaper.

@@ -20,7 +20,7 @@ SELECTED = (37, 48)
 # CANDIDATES).
 LONGEST = CANDIDATES = 1024
 # The most rows whose topk of long rows runs in parts (aot/runtime/_sort.py's).
-PARTED_ROWS = 128
+PARTED_ROWS = 256
 
 
 def num_tensors(variant):
@@ -310,7 +310,7 @@ def _check_parts(nt):
             exactly(nt.topk(x, k, largest=largest), stable_topk(x, k, largest=largest))
     nt._PARTED_ROWS = 0  # the same rows by one program each ("select")
     exactly(nt.topk(x, 300), stable_topk(x, 300))
-    nt._PARTED_ROWS = 128
+    nt._PARTED_ROWS = 256
     # Parts of two tiles (k = 1024: parts of 2048 would leave half the row): 4 parts'
     # 4096 candidates, which "select" takes.
     assert nt._part_size(1, 17000, 1024) == 2 * nt.PART
