@@ -30,15 +30,11 @@ _MAX = {kind: check.groups("max", "layout")[(kind,)] for kind in ("rows", "colum
 def _largest(op, input, dim, keepdim):
     """(values, indices) of `input`'s largest elements along `dim` (None: of the whole
     tensor, its index into the tensor flattened), of torch's shapes."""
-    check.tensor(op, "input", input)
     if dim is None:
-        if input.numel() == 0:
-            raise (RuntimeError if op == "max" else IndexError)(
-                f"{op}(): Expected reduction dim to be specified for input.numel() == 0."
-            )
-        rows = input.reshape(1, -1)
+        rows = _whole(op, input).reshape(1, -1)
         shape = (1,) * input.ndim if keepdim and op == "argmax" else ()
     else:
+        check.tensor(op, "input", input)
         at = check.dim(op, dim, input.ndim or 1)  # a 0-dim tensor takes dims 0 and -1
         reduced = (at,) if input.ndim else ()
         if reduced and input.shape[reduced[0]] == 0:
@@ -47,6 +43,16 @@ def _largest(op, input, dim, keepdim):
         shape = result_shape(input.shape, reduced, keepdim)
     values, indices = _rows(rows)
     return values.view(shape), indices.view(shape)
+
+
+def _whole(op, input):
+    """`input`, checked for a reduction over all of it, which needs an element."""
+    check.tensor(op, "input", input)
+    if input.numel() == 0:
+        raise (RuntimeError if op == "max" else IndexError)(
+            f"{op}(): Expected reduction dim to be specified for input.numel() == 0."
+        )
+    return input
 
 
 def _rows(rows):
@@ -98,12 +104,7 @@ def max(input, dim=None, keepdim=False, *, out=None):
         return _traced(input, dim, keepdim, out)
     try:
         if dim is None:  # the value alone: the sums kernels' largest value, no index
-            check.tensor("max", "input", input)
-            if input.numel() == 0:
-                raise RuntimeError(
-                    "max(): Expected reduction dim to be specified for input.numel() == 0."
-                )
-            values, indices = largest(input), None
+            values, indices = largest(_whole("max", input)), None
         else:
             values, indices = _largest("max", input, dim, keepdim)
     except _C.SubclassError:

@@ -123,18 +123,22 @@ def _rows(op, group, input, values, indices, dim, flag):
 def _each(op, group, input, values, indices, flag):
     """Launch `group` on 2-dim rows (`_sliced`), or topk's selection from long rows in
     two passes where the rows are few (`_in_parts`)."""
-    if group == _SELECT and _partable(input, values.shape[1]):
-        _in_parts(input, values, indices, flag)
+    size = _parted(input, values.shape[1]) if group == _SELECT else None
+    if size:
+        _in_parts(input, values, indices, flag, size)
     else:
         _sliced(op, group, input, values, indices, flag)
 
 
-def _partable(input, k):
-    """Whether topk's `k` first of the 2-dim rows `input` are selected in parts: few
-    rows, of 4 parts or more, whose candidates are half the row or fewer."""
+def _parted(input, k):
+    """The parts' size where topk's `k` first of the 2-dim rows `input` are selected in
+    parts (few rows, of 4 parts or more, whose candidates are half the row or fewer),
+    else None."""
     rows, n = input.shape
-    few = rows <= _PARTED_ROWS and n >= 4 * PART and _offsets(input) <= _OFFSETS
-    return few and (n // _part_size(rows, n, k)) * k <= n // 2
+    if rows > _PARTED_ROWS or n < 4 * PART or _offsets(input) > _OFFSETS:
+        return None
+    size = _part_size(rows, n, k)
+    return size if (n // size) * k <= n // 2 else None
 
 
 def _part_size(rows, n, k):
@@ -150,16 +154,15 @@ def _part_size(rows, n, k):
     return size
 
 
-def _in_parts(input, values, indices, flag):
-    """topk of 2-dim rows in passes: each part of PART elements (the last one the rest
-    too) gives its k first, in slots of its own of a row of candidates
+def _in_parts(input, values, indices, flag, size):
+    """topk of 2-dim rows in passes: each part of `size` elements (`_parted`'s; the last
+    one the rest too) gives its k first, in slots of its own of a row of candidates
     (kernels/sort.py's "parts"), then the k first of the candidates are selected
     (stably: of equal ones the first slot, which is the first index; in parts again
     where the candidates are half the row or fewer and still long) and their indices
     looked up in the parts' (a gather a pass). Every size comes from the shapes."""
     rows, n = input.shape
     k = values.shape[1]
-    size = _part_size(rows, n, k)
     width = (n // size) * k
     candidates = torch.empty(rows, width, dtype=input.dtype, device=input.device)
     found = torch.empty(rows, width, dtype=torch.int64, device=input.device)
@@ -168,8 +171,9 @@ def _in_parts(input, values, indices, flag):
     # The candidates in parts again where they are many and the rows very few (k = 1024
     # of 128256: 63488, then 31744 and 15360, "select" taking the 7168 left), else by a
     # tile or "select".
-    if rows <= _AGAIN_ROWS and _partable(candidates, k):
-        _in_parts(candidates, values, slots, flag)
+    again = _parted(candidates, k) if rows <= _AGAIN_ROWS else None
+    if again:
+        _in_parts(candidates, values, slots, flag, again)
     else:
         _sliced("topk", _group(width), candidates, values, slots, flag)
     torch.gather(found, 1, slots, out=indices)
