@@ -55,6 +55,7 @@ def _run_interpreted(tmp_path, check, ops):
         f"sys.path.insert(0, {str(ROOT)!r})\n"
         "from tests.unit import test_interpreted as checks\n"
         "from tests.ops import makers\n"
+        "import torch; torch.manual_seed(0)\n"
         f"make = checks.maker(pathlib.Path({str(tmp_path)!r}), {ops!r})\n"
         f"{check}(make)\n"
         f"assert not {ops!r} or make.made == set({ops!r}), sorted(set({ops!r}) - make.made)\n"
