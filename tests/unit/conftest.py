@@ -21,6 +21,16 @@ SMALL = pipeline.BuildOptions(
 )
 
 
+@pytest.fixture(autouse=True)
+def _seeded():
+    """Every CPU test draws its random inputs from one seed: an input that a rare draw
+    makes ill-conditioned (an lp_pool window whose cubes cancel, on CI, 2026-11-28)
+    fails on every run or on none, never once in a while."""
+    import torch
+
+    torch.manual_seed(0)
+
+
 @pytest.fixture(scope="session")
 def build_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("generated")
