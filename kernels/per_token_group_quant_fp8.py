@@ -1,6 +1,7 @@
 """per_token_group_quant_fp8: dynamic FP8 (e4m3fn) quantization of each row's groups of
-`group_size` elements, or of each whole row (per token): a scale per group, max(amax,
-eps) / 448, and the group times its reciprocal, saturated to +-448. vLLM's and SGLang's
+`group_size` elements, or of each whole row (per token): a scale per group, max(min(amax,
+ub), eps) / 448, and the group times its reciprocal, saturated to +-448 (`ub`, an upper
+bound of the largest magnitude: +inf but for scaled_fp8_quant's `scale_ub`). vLLM's and SGLang's
 `per_token_group_quant_fp8` (DeepSeek-style 1 x 128 activation blocks) and the
 per-token half of vLLM's `scaled_fp8_quant` (aot/runtime/_fp8_quant.py).
 
@@ -22,7 +23,7 @@ from ninetoothed import Tensor
 from ntops_aot.aot.declare.api import Api, sample
 from ntops_aot.aot.declare.space import FP8_ARCHES, FP8_NOTE, Config, VariantSpace
 
-from ._lib.fp8 import E4M3, largest, most, quantized, reciprocal, scale_of
+from ._lib.fp8 import E4M3, bounded, largest, most, quantized, reciprocal, scale_of
 
 SPACE = VariantSpace(
     dtypes=("fp16", "bf16", "fp32"),
@@ -67,12 +68,12 @@ CONFIGS = {
 }
 
 
-def arrangement_group(input, scale, eps, output, rows, group=128):
+def arrangement_group(input, scale, eps, ub, output, rows, group=128):
     """A program per ROWS rows and group: (rows, group) tiles and their (rows, 1) scales."""
-    return input.tile((rows, group)), scale.tile((rows, 1)), eps, output.tile((rows, group))
+    return input.tile((rows, group)), scale.tile((rows, 1)), eps, ub, output.tile((rows, group))
 
 
-def arrangement_row(input, scale, eps, output, rows, block_size):
+def arrangement_row(input, scale, eps, ub, output, rows, block_size):
     """A program per ROW_ROWS rows, seeing their (rows, block_size) tiles one after
     another, and their (rows, 1) scales."""
 
@@ -81,21 +82,21 @@ def arrangement_row(input, scale, eps, output, rows, block_size):
         arranged.dtype = arranged.dtype.squeeze(0)
         return arranged
 
-    return steps(input), scale.tile((rows, 1)), eps, steps(output)
+    return steps(input), scale.tile((rows, 1)), eps, ub, steps(output)
 
 
-def application_group(input, scale, eps, output):
+def application_group(input, scale, eps, ub, output):
     x = ntl.cast(input, ntl.float32)
-    factor = scale_of(largest(x, 1), eps)
+    factor = scale_of(bounded(largest(x, 1), ub), eps)
     scale = factor[:, None]  # noqa: F841
     output = quantized(x, reciprocal(factor)[:, None])  # noqa: F841
 
 
-def application_row(input, scale, eps, output):
+def application_row(input, scale, eps, ub, output):
     amax = ntl.zeros((input.dtype.shape[0],), dtype=ntl.float32)
     for i in range(input.shape[0]):
         amax = most(amax, largest(ntl.cast(input[i], ntl.float32), 1))
-    factor = scale_of(amax, eps)
+    factor = scale_of(bounded(amax, ub), eps)
     scale = factor[:, None]  # noqa: F841
     inverse = reciprocal(factor)[:, None]
     for i in range(input.shape[0]):
@@ -109,7 +110,7 @@ def config(variant):
 def premake(ndim, dtype, group="128", rows=16, block_size=1024):
     input = Tensor(ndim, dtype=dtype, other=0)
     scale, output = Tensor(ndim, dtype="fp32"), Tensor(ndim, dtype=E4M3)
-    tensors = (input, scale, Tensor(0, dtype="fp32"), output)
+    tensors = (input, scale, Tensor(0, dtype="fp32"), Tensor(0, dtype="fp32"), output)
     if group == "row":
         arrange = functools.partial(arrangement_row, rows=rows, block_size=block_size)
         return arrange, application_row, tensors

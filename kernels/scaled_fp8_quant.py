@@ -27,7 +27,7 @@ SPACE = VariantSpace(
 )
 
 API = Api(
-    "(Tensor input, Tensor? scale=None, bool use_per_token_if_dynamic=False)",
+    "(Tensor input, Tensor? scale=None, bool use_per_token_if_dynamic=False, float? scale_ub=None)",
     "ntops_prebuilt._fp8_reference.scaled_reference",
     wrapper="_fp8_quant",
     returns="(Tensor, Tensor)",
@@ -36,6 +36,7 @@ API = Api(
     samples=(
         sample(input=(6, 42, 123)),
         sample(input=(6, 42, 128), use_per_token_if_dynamic=True),
+        sample(input=(6, 42, 128), use_per_token_if_dynamic=True, scale_ub=0.5),
     ),
     doc="FP8 quantization with a scale per tensor or per token: (float8_e4m3fn, scale).",
 )

@@ -132,3 +132,54 @@ def dequantized(model):
             linear.bias = torch.nn.Parameter(module.bias.detach().clone(), requires_grad=False)
         dense.set_submodule(name, linear)
     return dense
+
+
+def fbgemm(model, ub=1200.0):
+    """`model` as an FBGEMM FP8 checkpoint loads: every nn.Linear but the head made
+    FbgemmFp8Linear, its weight quantized per output feature as FBGEMM's quantizer does
+    (float8_e4m3fn, scale amax / 448 a row), the activation bound (FbgemmFp8Config's
+    activation_scale_ub, 1200 by default) filled in, as the quantizer fills it after
+    loading. Built on the linears' device, in place; returns the model."""
+    from transformers.integrations import fbgemm_fp8
+
+    for name, linear in list(model.named_modules()):
+        if type(linear) is not torch.nn.Linear or name == "lm_head":
+            continue
+        with torch.device(linear.weight.device):
+            quantized = fbgemm_fp8.FbgemmFp8Linear(
+                linear.in_features, linear.out_features, linear.bias is not None
+            )
+        weight = linear.weight.detach().float()
+        scale = weight.abs().amax(1, keepdim=True).clamp(min=1e-12) / 448.0
+        values = (weight / scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+        quantized.weight = torch.nn.Parameter(values, requires_grad=False)
+        quantized.weight_scale = torch.nn.Parameter(scale, requires_grad=False)
+        if linear.bias is not None:  # in the model's dtype, as loading casts it
+            quantized.bias = torch.nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
+        quantized.input_scale_ub.fill_(ub)
+        quantized.requires_grad_(False)
+        model.set_submodule(name, quantized)
+    return model
+
+
+def fbgemm_dense(model):
+    """A float32 copy of an `fbgemm` model with nn.Linears of its FP8 weights times
+    their scales."""
+    import copy
+
+    from transformers.integrations import fbgemm_fp8
+
+    copied = copy.deepcopy(model)
+    for name, module in list(copied.named_modules()):
+        if type(module) is not fbgemm_fp8.FbgemmFp8Linear:
+            continue
+        with torch.device(module.weight.device):
+            linear = torch.nn.Linear(
+                module.in_features, module.out_features, module.bias is not None
+            )
+        weight = module.weight.float() * module.weight_scale.float()
+        linear.weight = torch.nn.Parameter(weight, requires_grad=False)
+        if module.bias is not None:
+            linear.bias = torch.nn.Parameter(module.bias.float(), requires_grad=False)
+        copied.set_submodule(name, linear)
+    return copied.float()

@@ -22,6 +22,8 @@ _SILU_MUL = check.groups("silu_mul_quant_fp8", "group")
 # rms_norm's eps when None: float32's, as torch computes half types in float.
 _NORM_EPS = torch.finfo(torch.float32).eps
 _INPUTS = (torch.float16, torch.bfloat16, torch.float32)
+# The kernels' upper bound of a largest magnitude where none is given.
+_NO_BOUND = float("inf")
 
 
 def _input_checks(op, input):
@@ -82,20 +84,21 @@ def per_token_group_quant_fp8(input, group_size, eps=1e-10, column_major_scales=
     return _quantized_groups(input, rows, groups, float(eps), column_major_scales)
 
 
-def _quantized_groups(input, rows, groups, eps, column_major):
-    """per_token_group_quant_fp8's launch, on a checked call."""
+def _quantized_groups(input, rows, groups, eps, column_major, ub=_NO_BOUND):
+    """per_token_group_quant_fp8's launch, on a checked call; `ub` bounds each group's
+    largest magnitude (scaled_fp8_quant's `scale_ub`)."""
     flat = input.reshape(rows, input.shape[-1])
     scales = _scales(rows, groups, column_major, input.device)
     kernel = _PER_ROW if groups == 1 else _PER_GROUP
-    output = _launch(kernel, flat, scales, eps, None)
+    output = _launch(kernel, flat, scales, eps, ub, None)
     if not column_major:
         scales = scales.view(*input.shape[:-1], groups)
     return output.view(input.shape), scales
 
 
 @fake("scaled_fp8_quant")
-def _fake_scaled(input, scale=None, use_per_token_if_dynamic=False):
-    _scaled_checks("scaled_fp8_quant", input, scale)
+def _fake_scaled(input, scale=None, use_per_token_if_dynamic=False, scale_ub=None):
+    _scaled_checks("scaled_fp8_quant", input, scale, scale_ub)
     output = torch.empty(input.shape, dtype=torch.float8_e4m3fn, device=input.device)
     if scale is None and use_per_token_if_dynamic:
         return output, torch.empty(
@@ -106,8 +109,18 @@ def _fake_scaled(input, scale=None, use_per_token_if_dynamic=False):
     return output, scale.clone()
 
 
-def _scaled_checks(op, input, scale):
+def _scaled_checks(op, input, scale, scale_ub):
     _input_checks(op, input)
+    if scale_ub is not None:
+        if isinstance(scale_ub, bool) or not isinstance(scale_ub, (int, float)):
+            raise TypeError(
+                f"{op}: scale_ub must be a number (the kernels take it by value, so no "
+                f"call reads it from GPU memory), not {type(scale_ub).__name__}"
+            )
+        if not scale_ub > 0:
+            raise ValueError(f"{op}: scale_ub must be positive, not {scale_ub!r}")
+        if scale is not None:
+            raise ValueError(f"{op}: scale_ub bounds a dynamic scale; a static scale was given")
     if scale is None:
         return
     if scale.dtype != torch.float32 or scale.numel() != 1:
@@ -120,20 +133,24 @@ def _scaled_checks(op, input, scale):
 
 
 @routed("scaled_fp8_quant")
-def scaled_fp8_quant(input, scale=None, use_per_token_if_dynamic=False):
+def scaled_fp8_quant(input, scale=None, use_per_token_if_dynamic=False, scale_ub=None):
     """vLLM's scaled_fp8_quant: `input` (float16, bfloat16 or float32) to float8_e4m3fn
     with one scale: `scale`, a float32 tensor of one element (static), or, where None,
     max(the tensor's largest magnitude, 1/512) / 448 (dynamic); with
     `use_per_token_if_dynamic` and no scale, one scale per token (row of the last dim),
-    of shape (tokens, 1). Returns (values of input's shape, the scale)."""
+    of shape (tokens, 1). `scale_ub`: a dynamic scale's largest magnitude is at most it
+    (vLLM's and FBGEMM's activation bound, 1200 in FBGEMM FP8 checkpoints: a token
+    past it saturates); a number here, where vLLM takes a tensor. Returns (values of
+    input's shape, the scale)."""
     op = "scaled_fp8_quant"
     check.tensor(op, "input", input)
     if scale is not None:
         check.tensor(op, "scale", scale)
-    _scaled_checks(op, input, scale)
+    _scaled_checks(op, input, scale, scale_ub)
+    bound = _NO_BOUND if scale_ub is None else float(scale_ub)
     if scale is None and use_per_token_if_dynamic:  # one group a row, checked above
         rows = input.numel() // input.shape[-1]
-        values, scales = _quantized_groups(input, rows, 1, PER_TOKEN_EPS, False)
+        values, scales = _quantized_groups(input, rows, 1, PER_TOKEN_EPS, False, bound)
         return values, scales.reshape(-1, 1)
     if scale is None:
         # The largest magnitude in one reduction (NaN if the tensor holds one, as
@@ -141,6 +158,8 @@ def scaled_fp8_quant(input, scale=None, use_per_token_if_dynamic=False):
         # (torch divides by 448 as a product with its reciprocal: the scale is within
         # an ulp of the quotient; the values are quantized with the scale returned.)
         scale = torch.linalg.vector_norm(input, float("inf"), dtype=torch.float32).reshape(1)
+        if scale_ub is not None:
+            scale = scale.clamp_(max=bound)  # NaN stays NaN
         scale = scale.clamp_(min=PER_TOKEN_EPS).div_(E4M3_MAX)
         return _launch(_PER_TENSOR, input, scale.reshape(()), None), scale
     # A copy of the given scale, not the scale: a torch.library op's results alias none

@@ -10,13 +10,17 @@ E4M3_MAX = 448.0
 PER_TOKEN_EPS = 1.0 / 512
 
 
-def group_reference(input, group_size, eps=1e-10, column_major_scales=False):
+def group_reference(input, group_size, eps=1e-10, column_major_scales=False, ub=None):
     """per_token_group_quant_fp8 in torch (the tests' reference): the same division,
-    saturation and rounding."""
+    saturation and rounding; `ub`, scaled_fp8_quant's upper bound of each largest
+    magnitude (`scale_ub`)."""
     n = input.shape[-1]
     groups = n // group_size
     x = input.float().reshape(-1, groups, group_size)
-    amax = x.abs().amax(-1, keepdim=True).clamp(min=eps)
+    amax = x.abs().amax(-1, keepdim=True)
+    if ub is not None:
+        amax = amax.clamp(max=ub)  # NaN stays NaN
+    amax = amax.clamp(min=eps)
     # Divided by a tensor: torch divides by a number as a product with its reciprocal,
     # an ulp off the quotient the kernels take.
     scale = amax / torch.full_like(amax, E4M3_MAX)
@@ -34,13 +38,16 @@ def _saturated(x, scale):
     return torch.where(x.isinf(), torch.nan, y)
 
 
-def scaled_reference(input, scale=None, use_per_token_if_dynamic=False):
+def scaled_reference(input, scale=None, use_per_token_if_dynamic=False, scale_ub=None):
     """scaled_fp8_quant in torch (the tests' reference)."""
     if scale is None and use_per_token_if_dynamic:
-        values, scales = group_reference(input, input.shape[-1], PER_TOKEN_EPS)
+        n = input.shape[-1]
+        values, scales = group_reference(input, n, PER_TOKEN_EPS, ub=scale_ub)
         return values, scales.reshape(-1, 1)
     if scale is None:  # as the runtime finds it: torch's division by a number
         amax = input.float().abs().amax().reshape(1)
+        if scale_ub is not None:
+            amax = amax.clamp(max=scale_ub)
         scale = amax.clamp(min=PER_TOKEN_EPS) / E4M3_MAX
     return _saturated(input.float(), scale.float()).to(torch.float8_e4m3fn), scale.clone()
 

@@ -47,6 +47,13 @@ def quantized(x, inverse):
 
 
 @triton.jit
+def bounded(amax, ub):
+    """min(amax, ub): a dynamic scale's largest magnitude held at an upper bound (vLLM's
+    and FBGEMM's `scale_ub`; +inf: none), NaN staying NaN."""
+    return tl.minimum(amax, ub, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
 def most(a, b):
     """max(a, b), NaN if either is."""
     return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)

@@ -1,6 +1,8 @@
 """Bad input, call by call: every one gets an exception of torch's kinds whose message
 names the op, and the process (its CUDA context included) carries on."""
 
+import math
+
 import torch
 
 H = torch.float16
@@ -122,6 +124,10 @@ def _cases(nt):
         (FP8, lambda: nt.scaled_fp8_quant(x, torch.ones(1))),
         (FP8, lambda: nt.scaled_fp8_quant(cpu)),
         (FP8, lambda: nt.scaled_fp8_quant(cuda(0))),
+        (FP8, lambda: nt.scaled_fp8_quant(x, use_per_token_if_dynamic=True, scale_ub=0.0)),
+        (FP8, lambda: nt.scaled_fp8_quant(x, use_per_token_if_dynamic=True, scale_ub=math.nan)),
+        (FP8, lambda: nt.scaled_fp8_quant(x, torch.ones(1, device="cuda"), scale_ub=2.0)),
+        (FP8, lambda: nt.scaled_fp8_quant(x, scale_ub=torch.ones(1, device="cuda"))),
         (MM8, lambda: nt.scaled_mm(a8, w8.t(), one, one)),  # out_dtype None: FP8 results
         (MM8, lambda: nt.scaled_mm(cuda(32, 64, dtype=H), w8.t(), one, one, out_dtype=H)),
         (MM8, lambda: nt.scaled_mm(a8, w8, one, one, out_dtype=H)),  # K differs

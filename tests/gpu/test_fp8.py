@@ -63,6 +63,12 @@ def test_torchs_answers_exactly_at_prefill_sizes(nt, dtype):
         (nt.per_token_group_quant_fp8(x, 4096), group_reference(x, 4096)),
         (nt.scaled_fp8_quant(x), scaled_reference(x)),
         (nt.scaled_fp8_quant(x, use_per_token_if_dynamic=True), scaled_reference(x, None, True)),
+        # every token's largest magnitude past the bound: each saturates
+        (
+            nt.scaled_fp8_quant(x, use_per_token_if_dynamic=True, scale_ub=5.0),
+            scaled_reference(x, None, True, 5.0),
+        ),
+        (nt.scaled_fp8_quant(x, scale_ub=5.0), scaled_reference(x, scale_ub=5.0)),
     ]:
         for one, theirs in zip(got, want, strict=True):
             assert one.dtype == theirs.dtype

@@ -316,6 +316,53 @@ def test_fp8_checkpoint_logits_near_its_weights_float32_products(ntt, family, bl
         assert error <= max(FP8_WORSE * stock_error, FLOOR), (error, stock_error)
 
 
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_fbgemm_checkpoint_logits_near_its_weights_float32_products(ntt, family):
+    """FBGEMM FP8 checkpoints (FbgemmFp8Linear: a weight scale per output feature, each
+    token's activations bounded at 1200): logits within FP8_BOUND of float32 products of
+    the same quantized weights. Stock needs fbgemm_gpu's kernels, which this machine
+    does not have: not compared."""
+    from tests.hf_models import fbgemm, fbgemm_dense
+
+    fp8_device()
+    ids, mask = prompts(padding=3, device="cuda")
+    kept = mask.bool()
+    model = fbgemm(tiny(family, dtype=torch.bfloat16, device="cuda"))
+    with torch.no_grad():
+        want = fbgemm_dense(model)(ids, attention_mask=mask).logits
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        patched = ntt.apply(model)
+        with torch.no_grad():
+            ours = model(ids, attention_mask=mask).logits
+    assert fallbacks(ntt, caught) == []
+    assert len(patched.modules["fbgemm_fp8_linear"]) == 7 * model.config.num_hidden_layers
+    error = relative(ours, want, kept)
+    assert error < FP8_BOUND, error
+
+
+def test_fbgemm_checkpoint_under_torch_compile_gives_eagers_tokens(ntt):
+    """FbgemmFp8Linear's quantization (its bound a number, read at `apply`) and
+    row-wise products in a fullgraph Dynamo graph (static cache, bf16): the tokens
+    the same model gives eagerly."""
+    from transformers import CompileConfig
+
+    from tests.hf_models import fbgemm
+
+    fp8_device()
+    torch._dynamo.reset()
+    ids, mask = prompts(padding=0, device="cuda")
+    model = fbgemm(tiny("llama", dtype=torch.bfloat16, device="cuda"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ntt.apply(model)
+        want = generate(model, ids, mask)
+        config = CompileConfig(fullgraph=True, backend="eager", mode=None)
+        got = generate(model, ids, mask, cache_implementation="static", compile_config=config)
+    assert torch.equal(got, want), (got, want)
+    assert fallbacks(ntt, caught) == []
+
+
 def test_fp8_checkpoint_under_torch_compile_gives_eagers_tokens(ntt):
     """FP8 products in a fullgraph Dynamo graph (static cache, float32 activations):
     the tokens the same model gives eagerly."""

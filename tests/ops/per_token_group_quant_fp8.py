@@ -110,7 +110,9 @@ def _draw(d, op):
 def interpreted(make):
     """Both kernels under Triton's interpreter (CPU): groups of 128 and whole rows of
     three 4096-element tiles, fp32 and fp16, against the reference; a group holding
-    NaN, +-inf, values past 448 once scaled (saturated) and zeros only."""
+    NaN, +-inf, values past 448 once scaled (saturated) and zeros only; whole rows
+    with an upper bound of their largest magnitude (scaled_fp8_quant's scale_ub),
+    under which one row's 1e4 saturates and the others are as unbounded."""
     group_reference = _reference()
     for dtype in ("fp32", "fp16"):
         torch_dtype = getattr(torch, {"fp32": "float32", "fp16": "float16"}[dtype])
@@ -120,13 +122,19 @@ def interpreted(make):
         x[3, 130] = math.inf
         x[3, 300] = -math.inf
         scales, out = torch.empty(4, 4), torch.empty(4, 512, dtype=E4M3)
-        make("per_token_group_quant_fp8", 2, dtype, group="128")(x, scales, 1e-10, out)
+        make("per_token_group_quant_fp8", 2, dtype, group="128")(x, scales, 1e-10, math.inf, out)
         interpreted_exactly((out, scales), group_reference(x, 128))
         rows = (torch.randn(3, 9000) * 0.01).to(torch_dtype)
         rows[2, 8999] = 1e4
         scales, out = torch.empty(3, 1), torch.empty(3, 9000, dtype=E4M3)
-        make("per_token_group_quant_fp8", 2, dtype, group="row")(rows, scales, 1e-10, out)
+        make("per_token_group_quant_fp8", 2, dtype, group="row")(rows, scales, 1e-10, math.inf, out)
         interpreted_exactly((out, scales), group_reference(rows, 9000))
+        make("per_token_group_quant_fp8", 2, dtype, group="row")(rows, scales, 1e-10, 100.0, out)
+        interpreted_exactly((out, scales), group_reference(rows, 9000, ub=100.0))
+        unbounded = group_reference(rows, 9000)[1]
+        assert out[2, 8999].float() == 448  # 1e4 saturates under a bound of 100
+        assert scales[2, 0] < unbounded[2, 0]
+        assert scales[0, 0] == unbounded[0, 0]
 
 
 def interpreted_exactly(result, reference):

@@ -208,6 +208,60 @@ def _fp8_refusal(module, served, x):
     return None
 
 
+def fbgemm_fp8_linear(module, original, served):
+    """transformers' FbgemmFp8Linear (FBGEMM FP8 checkpoints, "quant_method":
+    "fbgemm_fp8"): float8_e4m3fn weights (nn.Linear's layout) with a float32 scale per
+    output feature (`weight_scale`, (out, 1)); activations quantized per token, each
+    token's largest magnitude held at `input_scale_ub` (the config's
+    activation_scale_ub, 1200 by default), then the row-wise scaled product, in bf16
+    as FBGEMM's f8f8bf16_rowwise gives it, the (float32) bias added after as stock
+    adds it. Stock needs fbgemm_gpu's kernels (`torch.ops.fbgemm`): without it such a
+    checkpoint does not run at all. The bound is read once, here: the quantizer fills
+    the buffer at load time, and a call must not read GPU memory (a sync, and no CUDA
+    graph could hold it)."""
+    what = "FbgemmFp8Linear"
+    bound = float(module.input_scale_ub.reshape(-1)[0])
+
+    def forward(x):
+        why = _fbgemm_refusal(module, served, x, bound)
+        if why is not None:
+            fall_back(what, why)
+            return original(x)
+        rows = x.reshape(-1, x.shape[-1])
+        values, scales = nt.scaled_fp8_quant(rows, use_per_token_if_dynamic=True, scale_ub=bound)
+        out = nt.scaled_mm(
+            values, module.weight.t(), scales, module.weight_scale.view(1, -1),
+            out_dtype=torch.bfloat16,
+        )  # fmt: skip
+        if module.bias is not None:
+            out = out + module.bias
+        return out.view(*x.shape[:-1], out.shape[-1])
+
+    return forward
+
+
+def _fbgemm_refusal(module, served, x, bound):
+    """Why the wheel cannot run this FbgemmFp8Linear call, or None."""
+    why = served.refusal("scaled_fp8_quant", x)
+    if why is not None:
+        return why
+    weight, scales = module.weight, module.weight_scale
+    if weight.dtype != torch.float8_e4m3fn:
+        return f"{weight.dtype} weights (the wheel's FP8 products take float8_e4m3fn)"
+    if scales.dtype != torch.float32 or scales.numel() != weight.shape[0]:
+        return (
+            f"weight scales of {scales.dtype} and shape {list(scales.shape)} (the wheel's "
+            "row-wise products take one float32 scale per output feature)"
+        )
+    if weight.device != x.device or scales.device != x.device:
+        return "weights on another device than the input"
+    if not bound > 0:
+        return f"an activation bound of {bound} (input_scale_ub: not filled by the quantizer)"
+    if weight.shape[0] % 16 or weight.shape[1] % 16:
+        return f"a weight of {list(weight.shape)} (the FP8 products take multiples of 16)"
+    return None
+
+
 def half_tables(original):
     """A rotary embedding's forward returning the first halves of its tables, (batch or
     1, seq, head_dim / 2): the wheel's rotation reads those, and the families' tables
