@@ -17,6 +17,7 @@ from tests.hf_models import fbgemm, fbgemm_dense, prompts, tiny
 from tests.unit.transformers_fixtures import fallbacks, logits
 
 LAYER_LINEARS = 7  # q, k, v, o, gate, up, down
+LAYER_PRODUCTS = 4  # q/k/v fused, o, gate/up fused, down
 # The relative error (Frobenius, over the logits) of the served path in bf16 against
 # float32 products of the same quantized weights: e4m3 activations (2-4% a product)
 # and bf16's rounding, over two layers. Measured 0.043-0.046 (the FP8Linear cases' bound
@@ -38,13 +39,30 @@ def test_fbgemm_linears_run_the_wheels_row_wise_products(family, served_by_refer
         patched = ntt.apply(model)
         got = logits(model, ids, mask)
     assert fallbacks(caught) == []
-    linears = LAYER_LINEARS * model.config.num_hidden_layers
-    assert len(patched.modules["fbgemm_fp8_linear"]) == linears
+    layers = model.config.num_hidden_layers
+    assert len(patched.modules["fbgemm_fp8_linear"]) == LAYER_LINEARS * layers
+    assert len(patched.modules["projections"]) == 2 * layers  # attention's and the MLP's
     calls = served_by_references
-    assert calls["scaled_fp8_quant"] == calls["scaled_mm"] == linears, calls
+    assert calls["scaled_fp8_quant"] == calls["scaled_mm"] == LAYER_PRODUCTS * layers, calls
     assert _relative(got, want) < BOUND
     patched.remove()
     assert "forward" not in vars(model.model.layers[0].mlp.down_proj)
+    assert not hasattr(model.model.layers[0].mlp, "ntops_fused_scale")
+
+
+def test_fused_fbgemm_projections_give_each_linears_outputs(served_by_references):
+    """gate/up fused (weights and scales per output feature rows of one buffer each):
+    the product equals each linear's own served product side by side."""
+    model = fbgemm(tiny("qwen2", dtype=torch.bfloat16))
+    mlp = model.model.layers[1].mlp
+    ntt.apply(model)
+    from ntops_prebuilt.integrations.transformers._fused import Fused
+
+    linears = (mlp.gate_proj, mlp.up_proj)
+    fused = Fused(mlp, linears)
+    x = torch.randn(2, 5, model.config.hidden_size, dtype=torch.bfloat16)
+    parts = torch.cat([linear(x) for linear in linears], -1).view(10, -1)
+    torch.testing.assert_close(fused(x), parts, rtol=0, atol=0)
 
 
 def test_one_fbgemm_linear_is_fbgemms_formula(served_by_references):
@@ -117,7 +135,7 @@ def test_what_the_wheel_cannot_serve_runs_fbgemm_linears_own_forward(
     message = f"ntops_prebuilt: FbgemmFp8Linear runs transformers' own code: {why}"
     assert fallbacks(caught) == [message]
     assert len(own) == 1
-    assert served_by_references["scaled_mm"] == 2 * LAYER_LINEARS - 1
+    assert served_by_references["scaled_mm"] == 2 * LAYER_PRODUCTS - 1
 
 
 def test_without_the_wheels_fp8_kernels_fbgemm_linears_stay_their_own(monkeypatch):

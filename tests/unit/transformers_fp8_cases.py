@@ -30,6 +30,7 @@ PER_TENSOR = pytest.mark.skipif(
 # over these cases; each weight block scaled by another block's scale gave 0.15-0.17.
 BOUND = 0.08
 LAYER_LINEARS = 7  # q, k, v, o, gate, up, down
+LAYER_PRODUCTS = 4  # q/k/v fused, o, gate/up fused, down
 
 
 def _is_linear(module):
@@ -56,13 +57,36 @@ def test_block_scaled_linears_run_the_wheels_fp8_products(family, served_by_refe
     assert fallbacks(caught) == []
     layers = model.config.num_hidden_layers
     assert len(patched.modules["fp8_linear"]) == LAYER_LINEARS * layers
+    assert len(patched.modules["projections"]) == 2 * layers  # attention's and the MLP's
     calls = served_by_references
-    assert calls["per_token_group_quant_fp8"] == LAYER_LINEARS * layers, calls
-    assert calls["w8a8_block_fp8_matmul"] == LAYER_LINEARS * layers, calls
+    assert calls["per_token_group_quant_fp8"] == LAYER_PRODUCTS * layers, calls
+    assert calls["w8a8_block_fp8_matmul"] == LAYER_PRODUCTS * layers, calls
     assert calls["mm"] + calls["addmm"] == 1, calls  # lm_head, not quantized
     assert _relative(got, want) < BOUND
     patched.remove()
     assert "forward" not in vars(model.model.layers[0].mlp.down_proj)
+    assert not hasattr(model.model.layers[0].self_attn, "ntops_fused_scale")
+
+
+def test_fused_fp8_projections_give_each_linears_outputs(served_by_references):
+    """q/k/v and gate/up fused (their weights and block scales rows of one buffer each):
+    the product equals each linear's own served product side by side, and the
+    parameters keep their values (their storage shared until `remove`)."""
+    model = _fp8_model("qwen2")
+    attention = model.model.layers[1].self_attn
+    before = {n: p.detach().clone() for n, p in attention.named_parameters()}
+    ntt.apply(model)
+    from ntops_prebuilt.integrations.transformers._fused import Fused
+
+    linears = (attention.q_proj, attention.k_proj, attention.v_proj)
+    fused = Fused(attention, linears)  # as apply made it: anew over the same parameters
+    x = torch.randn(2, 5, model.config.hidden_size)
+    parts = torch.cat([linear(x) for linear in linears], -1).view(10, -1)
+    torch.testing.assert_close(fused(x), parts, rtol=0, atol=0)
+    for name, parameter in attention.named_parameters():
+        torch.testing.assert_close(parameter, before[name], rtol=0, atol=0)
+    scale = attention.q_proj.weight_scale_inv
+    assert scale.untyped_storage().data_ptr() == fused.scale.untyped_storage().data_ptr()
 
 
 @PER_TENSOR
@@ -152,7 +176,7 @@ def test_what_the_wheel_cannot_serve_runs_fp8_linears_own_forward(
         logits(model, *prompts())
     assert fallbacks(caught) == [f"ntops_prebuilt: FP8Linear runs transformers' own code: {why}"]
     assert len(own) == 1
-    assert served_by_references["w8a8_block_fp8_matmul"] == 2 * LAYER_LINEARS - 1
+    assert served_by_references["w8a8_block_fp8_matmul"] == 2 * LAYER_PRODUCTS - 1
 
 
 def test_without_the_wheels_fp8_kernels_fp8_linears_stay_their_own(monkeypatch):

@@ -199,8 +199,7 @@ def _forward(kind, module, served, offset, patched, fuse):
 def _fits(served, linears):
     """Whether `linears` can be one product of the wheel's (no warning: the linears
     served one by one say what the wheel lacks)."""
-    product = "mm" if linears[0].bias is None else "addmm"
-    return Fused.fits(linears) and served.missing(product) is None
+    return Fused.fits(linears) and all(served.missing(op) is None for op in Fused.ops(linears))
 
 
 def _extras(module):

@@ -2,12 +2,17 @@
 its MLP's gate and up projections. Their weights become row blocks of one matrix (views
 of a new storage, no second copy: the parameters stay the model's, their storage is
 shared), and the product is one launch of the wheel's mm (addmm with biases) where
-there were two or three.
+there were two or three. FP8 checkpoints' linears fuse the same way, their weight
+scales with their weights: FbgemmFp8Linear's (a scale per output feature: one
+per-token quantization and one row-wise scaled_mm where there were three of each) and
+FP8Linear's of 128 x 128 blocks (one per_token_group_quant_fp8 and one
+w8a8_block_fp8_matmul), where every projection's out_features is a multiple of 128.
 
 Why: a decode step's products are memory-bound, and Llama-3-8B's k and v projections
 (4096 -> 1024) are too narrow to give 132 multiprocessors work; the wheel's products are
 tuned for the fused shapes (kernels/tuning/products.py: 4096 -> 6144 and 4096 ->
-28672). And one launch and one Python call per layer less, each.
+28672). And one launch and one Python call per layer less, each (FP8: two, the
+activations quantized once).
 
 The shared storage is the parameters' own, so writes into them (load_state_dict) are
 seen. A conversion after `apply` (model.to(), .cuda(), .half()) converts the buffers
@@ -22,15 +27,22 @@ import torch
 from ... import torch as nt
 from ..._library import compiling
 
+# FP8Linear's blocks that w8a8_block_fp8_matmul was built for.
+BLOCK = 128
+
 
 class Fused:
-    """nn.Linears of one input (`linears`, in order) as one product, its weight and bias
-    buffers of `owner` (the module whose forward makes the product; not in its
-    state_dict): Dynamo takes a module's buffers for static inputs, as its parameters,
-    which CUDA graphs then read where they lie rather than copy in at every replay."""
+    """Linears of one input (`linears`, in order) as one product, its weight, bias (and
+    FP8 weight scale) buffers of `owner` (the module whose forward makes the product;
+    not in its state_dict): Dynamo takes a module's buffers for static inputs, as its
+    parameters, which CUDA graphs then read where they lie rather than copy in at every
+    replay."""
 
     def __init__(self, owner, linears):
         self.owner, self.linears = owner, tuple(linears)
+        self.kind = _kind(self.linears[0])
+        # FbgemmFp8Linear's activation bound, read once (the quantizer filled it at load).
+        self.bound = _bound(self.linears[0]) if self.kind == "rows" else None
         self._fuse()
 
     @property
@@ -41,14 +53,22 @@ class Fused:
     def bias(self):
         return getattr(self.owner, _BIAS)
 
+    @property
+    def scale(self):
+        return getattr(self.owner, _SCALE)
+
     @staticmethod
     def fits(linears):
-        """Whether `linears` can be fused: plain nn.Linears (no subclass, no hook that
-        would be skipped: accelerate's offloading, a user's), of one input size, dtype
-        and device, all with biases or none."""
+        """Whether `linears` can be fused: of one kind (plain nn.Linears, FbgemmFp8Linears
+        of one activation bound, or FP8Linears of 128 x 128 blocks with dynamic
+        activations), none with a hook that would be skipped (accelerate's offloading, a
+        user's), of one input size, dtype and device, all with biases or none."""
         first = linears[0]
+        kind = _kind(first)
+        if kind is None:
+            return False
         for linear in linears:
-            if type(linear) is not torch.nn.Linear or _hooked(linear):
+            if _kind(linear) != kind or _hooked(linear):
                 return False
             if (linear.in_features, linear.weight.dtype, linear.weight.device) != (
                 first.in_features, first.weight.dtype, first.weight.device
@@ -56,23 +76,51 @@ class Fused:
                 return False
             if (linear.bias is None) != (first.bias is None):
                 return False
+            if kind == "rows" and not _bound(linear) == _bound(first) > 0:
+                return False
         return True
 
+    @staticmethod
+    def ops(linears):
+        """The wheel's ops the product of `linears` launches."""
+        kind = _kind(linears[0])
+        if kind == "rows":
+            return ("scaled_fp8_quant", "scaled_mm")
+        if kind == "blocks":
+            return ("per_token_group_quant_fp8", "w8a8_block_fp8_matmul")
+        return ("mm",) if linears[0].bias is None else ("addmm",)
+
+    def refusal(self, served, x):
+        """Why the wheel cannot make this product of `x`, or None."""
+        if self.kind == "dense":
+            return served.refusal(*self.ops(self.linears), x, *self.tensors())
+        why = served.refusal(self.ops(self.linears)[0], x)
+        if why is None and self.weight.device != x.device:
+            why = "weights on another device than the input"
+        return why
+
     def _fuse(self):
-        """The linears' weights (and biases) one after another in the owner's buffers,
-        and each parameter's data made its rows of them."""
+        """The linears' weights (biases, scales) one after another in the owner's
+        buffers, and each parameter's data made its rows of them."""
+        scales = [_scale_of(linear, self.kind) for linear in self.linears]
         with torch.no_grad():
             weight = torch.cat([linear.weight for linear in self.linears])
             biases = [linear.bias for linear in self.linears]
             bias = None if biases[0] is None else torch.cat(biases)
+            scale = None if scales[0] is None else torch.cat(scales)
         self.owner.register_buffer(_WEIGHT, weight, persistent=False)
         self.owner.register_buffer(_BIAS, bias, persistent=False)
+        self.owner.register_buffer(_SCALE, scale, persistent=False)
         start, self._pointers = 0, []
+        per_scale = BLOCK if self.kind == "blocks" else 1  # a scale's rows of the weight
         for linear in self.linears:
             rows = slice(start, start + linear.out_features)
             linear.weight.data = weight[rows]
             if bias is not None:
                 linear.bias.data = bias[rows]
+            if scale is not None:
+                scales = slice(rows.start // per_scale, rows.stop // per_scale)
+                _scale_of(linear, self.kind).data = scale[scales]
             start = rows.stop
             self._pointers.append(linear.weight.data_ptr())
 
@@ -90,11 +138,12 @@ class Fused:
         """The parameters' storages their own again, and no buffers (as before `apply`)."""
         with torch.no_grad():
             for linear in self.linears:
-                linear.weight.data = linear.weight.data.clone()
-                if linear.bias is not None:
-                    linear.bias.data = linear.bias.data.clone()
-        delattr(self.owner, _WEIGHT)
-        delattr(self.owner, _BIAS)
+                parameters = [linear.weight, linear.bias, _scale_of(linear, self.kind)]
+                for parameter in parameters:
+                    if parameter is not None:
+                        parameter.data = parameter.data.clone()
+        for name in (_WEIGHT, _BIAS, _SCALE):
+            delattr(self.owner, name)
 
     def tensors(self):
         """The fused weight and bias, for the served checks."""
@@ -102,15 +151,72 @@ class Fused:
 
     def __call__(self, x):
         """The linears' outputs side by side, (rows of x, sum of sizes): x's leading
-        dims as rows, the product of the weight as stored (a transposed view)."""
+        dims as rows, the product of the weight as stored (a transposed view); FP8 ones
+        as each linear's served forward computes it (_layers.fp8_linear and
+        fbgemm_fp8_linear): activations quantized per token (and group of 128 for
+        blocks), the bias added after."""
         rows = x.reshape(-1, x.shape[-1])
-        if self.bias is None:
-            return nt.mm(rows, self.weight.t())
-        return nt.addmm(self.bias, rows, self.weight.t())
+        if self.kind == "dense":
+            if self.bias is None:
+                return nt.mm(rows, self.weight.t())
+            return nt.addmm(self.bias, rows, self.weight.t())
+        if self.kind == "rows":
+            values, scales = nt.scaled_fp8_quant(
+                rows, use_per_token_if_dynamic=True, scale_ub=self.bound
+            )
+            out = nt.scaled_mm(
+                values, self.weight.t(), scales, self.scale.view(1, -1), out_dtype=torch.bfloat16
+            )
+        else:
+            values, scales = nt.per_token_group_quant_fp8(rows, BLOCK)
+            out = nt.w8a8_block_fp8_matmul(
+                values, self.weight, scales, self.scale, [BLOCK, BLOCK], output_dtype=x.dtype
+            )
+        return out if self.bias is None else out + self.bias
 
 
-# The fused weight's and bias's names among the owner's buffers.
-_WEIGHT, _BIAS = "ntops_fused_weight", "ntops_fused_bias"
+# The fused weight's, bias's and weight scale's names among the owner's buffers.
+_WEIGHT, _BIAS, _SCALE = "ntops_fused_weight", "ntops_fused_bias", "ntops_fused_scale"
+# The FP8 kinds' weight scale parameters.
+_SCALES = {"rows": "weight_scale", "blocks": "weight_scale_inv"}
+
+
+def _scale_of(linear, kind):
+    """`linear`'s weight scale parameter (None for a plain nn.Linear)."""
+    return getattr(linear, _SCALES[kind]) if kind in _SCALES else None
+
+
+def _kind(linear):
+    """How `linear` fuses: "dense" (a plain nn.Linear), "rows" (an FbgemmFp8Linear of
+    float8_e4m3fn weights and a float32 scale per output feature), "blocks" (an
+    FP8Linear of float8_e4m3fn weights, float32 scales of 128 x 128 blocks, out_features
+    a multiple of 128, dynamic activations), or None: not fused."""
+    if type(linear) is torch.nn.Linear:
+        return "dense"
+    name, where = type(linear).__name__, type(linear).__module__
+    if getattr(linear, "weight", None) is None or linear.weight.dtype != torch.float8_e4m3fn:
+        return None
+    if name == "FbgemmFp8Linear" and where.endswith("integrations.fbgemm_fp8"):
+        scale = linear.weight_scale
+        if scale.dtype == torch.float32 and tuple(scale.shape) == (linear.out_features, 1):
+            return "rows"
+        return None
+    if name == "FP8Linear" and where.endswith("integrations.finegrained_fp8"):
+        blocks = getattr(linear, "block_size", None)
+        scale = getattr(linear, "weight_scale_inv", None)
+        if blocks is None or tuple(blocks) != (BLOCK, BLOCK) or scale is None:
+            return None
+        if getattr(linear, "activation_scale", None) is not None or scale.dtype != torch.float32:
+            return None
+        if linear.out_features % BLOCK or linear.in_features % BLOCK:
+            return None
+        return "blocks"
+    return None
+
+
+def _bound(linear):
+    """FbgemmFp8Linear's activation bound, a number."""
+    return float(linear.input_scale_ub.reshape(-1)[0])
 
 
 def _hooked(module):

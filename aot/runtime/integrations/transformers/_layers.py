@@ -65,14 +65,15 @@ def gated_mlp(module, original, served, fused=None):
     by `linear`); down_proj the module's."""
     what = type(module).__name__
     ops = ACTIVATIONS[type(module.act_fn).__name__]
-    checks = (*ops, fused_op(fused)) if fused is not None else ops
 
     def forward(x):
-        for op in checks:
-            why = served.refusal(op, x, *(fused.tensors() if op in _PRODUCTS else ()))
-            if why is not None:
-                fall_back(what, why)
-                return original(x)
+        whys = [served.refusal(op, x) for op in ops]
+        if fused is not None:
+            whys.append(fused.refusal(served, x))
+        why = next((why for why in whys if why is not None), None)
+        if why is not None:
+            fall_back(what, why)
+            return original(x)
         if fused is None:
             gate, up = module.gate_proj(x), module.up_proj(x)
         else:
@@ -87,14 +88,6 @@ def gated_mlp(module, original, served, fused=None):
         return module.down_proj(hidden.reshape(*x.shape[:-1], hidden.shape[-1]))
 
     return forward
-
-
-_PRODUCTS = ("mm", "addmm")
-
-
-def fused_op(fused):
-    """The product a fused projection launches."""
-    return "mm" if fused.bias is None else "addmm"
 
 
 def linear(module, original, served, what="nn.Linear"):

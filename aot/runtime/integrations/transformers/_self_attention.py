@@ -15,7 +15,7 @@ parts of transformers' forward then warn, each for itself)."""
 import inspect
 
 from ._fused import Fused
-from ._layers import fused_op, rotate
+from ._layers import rotate
 
 # The cache's argument, by transformers version (5.x: cache; 4.56: past_key_values,
 # and the name it deprecates).
@@ -50,7 +50,6 @@ def forward(module, original, served, attentions, updates, extras):
     config = module.config
     heads, kv_heads, dim = config.num_attention_heads, config.num_key_value_heads, module.head_dim
     fused = Fused(module, fusable(module))
-    product = fused_op(fused)
     normed = getattr(module, "q_norm", None) is not None
 
     def attend(hidden_states, position_embeddings=None, attention_mask=None, *args, **kwargs):
@@ -59,7 +58,7 @@ def forward(module, original, served, attentions, updates, extras):
             args
             or config._attn_implementation not in attentions
             or cos.shape[-1] * 2 != dim
-            or served.refusal(product, hidden_states, *fused.tensors()) is not None
+            or fused.refusal(served, hidden_states) is not None
             or served.refusal("rotary_position_embedding", hidden_states, cos, sin) is not None
         ):
             return original(hidden_states, position_embeddings, attention_mask, *args, **kwargs)
