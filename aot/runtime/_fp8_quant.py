@@ -98,7 +98,7 @@ def _quantized_groups(input, rows, groups, eps, column_major, ub=_NO_BOUND):
 
 @fake("scaled_fp8_quant")
 def _fake_scaled(input, scale=None, use_per_token_if_dynamic=False, scale_ub=None):
-    _scaled_checks("scaled_fp8_quant", input, scale, scale_ub)
+    _scaled_checks("scaled_fp8_quant", input, scale, scale_ub, use_per_token_if_dynamic)
     output = torch.empty(input.shape, dtype=torch.float8_e4m3fn, device=input.device)
     if scale is None and use_per_token_if_dynamic:
         return output, torch.empty(
@@ -109,7 +109,7 @@ def _fake_scaled(input, scale=None, use_per_token_if_dynamic=False, scale_ub=Non
     return output, scale.clone()
 
 
-def _scaled_checks(op, input, scale, scale_ub):
+def _scaled_checks(op, input, scale, scale_ub, per_token):
     _input_checks(op, input)
     if scale_ub is not None:
         if isinstance(scale_ub, bool) or not isinstance(scale_ub, (int, float)):
@@ -119,8 +119,11 @@ def _scaled_checks(op, input, scale, scale_ub):
             )
         if not scale_ub > 0:
             raise ValueError(f"{op}: scale_ub must be positive, not {scale_ub!r}")
-        if scale is not None:
-            raise ValueError(f"{op}: scale_ub bounds a dynamic scale; a static scale was given")
+        if scale is not None or not per_token:
+            raise ValueError(
+                f"{op}: scale_ub bounds dynamic per-token scales (as vLLM's): give no scale "
+                "and use_per_token_if_dynamic=True"
+            )
     if scale is None:
         return
     if scale.dtype != torch.float32 or scale.numel() != 1:
@@ -138,15 +141,15 @@ def scaled_fp8_quant(input, scale=None, use_per_token_if_dynamic=False, scale_ub
     with one scale: `scale`, a float32 tensor of one element (static), or, where None,
     max(the tensor's largest magnitude, 1/512) / 448 (dynamic); with
     `use_per_token_if_dynamic` and no scale, one scale per token (row of the last dim),
-    of shape (tokens, 1). `scale_ub`: a dynamic scale's largest magnitude is at most it
-    (vLLM's and FBGEMM's activation bound, 1200 in FBGEMM FP8 checkpoints: a token
-    past it saturates); a number here, where vLLM takes a tensor. Returns (values of
-    input's shape, the scale)."""
+    of shape (tokens, 1). `scale_ub`, with per-token scales only (as vLLM's): each
+    token's largest magnitude is taken at most it (vLLM's and FBGEMM's activation
+    bound, 1200 in FBGEMM FP8 checkpoints: a token past it saturates); a number here,
+    where vLLM takes a tensor. Returns (values of input's shape, the scale)."""
     op = "scaled_fp8_quant"
     check.tensor(op, "input", input)
     if scale is not None:
         check.tensor(op, "scale", scale)
-    _scaled_checks(op, input, scale, scale_ub)
+    _scaled_checks(op, input, scale, scale_ub, use_per_token_if_dynamic)
     bound = _NO_BOUND if scale_ub is None else float(scale_ub)
     if scale is None and use_per_token_if_dynamic:  # one group a row, checked above
         rows = input.numel() // input.shape[-1]
@@ -158,8 +161,6 @@ def scaled_fp8_quant(input, scale=None, use_per_token_if_dynamic=False, scale_ub
         # (torch divides by 448 as a product with its reciprocal: the scale is within
         # an ulp of the quotient; the values are quantized with the scale returned.)
         scale = torch.linalg.vector_norm(input, float("inf"), dtype=torch.float32).reshape(1)
-        if scale_ub is not None:
-            scale = scale.clamp_(max=bound)  # NaN stays NaN
         scale = scale.clamp_(min=PER_TOKEN_EPS).div_(E4M3_MAX)
         return _launch(_PER_TENSOR, input, scale.reshape(()), None), scale
     # A copy of the given scale, not the scale: a torch.library op's results alias none

@@ -46,8 +46,6 @@ def scaled_reference(input, scale=None, use_per_token_if_dynamic=False, scale_ub
         return values, scales.reshape(-1, 1)
     if scale is None:  # as the runtime finds it: torch's division by a number
         amax = input.float().abs().amax().reshape(1)
-        if scale_ub is not None:
-            amax = amax.clamp(max=scale_ub)
         scale = amax.clamp(min=PER_TOKEN_EPS) / E4M3_MAX
     return _saturated(input.float(), scale.float()).to(torch.float8_e4m3fn), scale.clone()
 

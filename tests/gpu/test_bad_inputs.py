@@ -128,6 +128,7 @@ def _cases(nt):
         (FP8, lambda: nt.scaled_fp8_quant(x, use_per_token_if_dynamic=True, scale_ub=math.nan)),
         (FP8, lambda: nt.scaled_fp8_quant(x, torch.ones(1, device="cuda"), scale_ub=2.0)),
         (FP8, lambda: nt.scaled_fp8_quant(x, scale_ub=torch.ones(1, device="cuda"))),
+        (FP8, lambda: nt.scaled_fp8_quant(x, scale_ub=2.0)),  # per tensor: vLLM's assert
         (MM8, lambda: nt.scaled_mm(a8, w8.t(), one, one)),  # out_dtype None: FP8 results
         (MM8, lambda: nt.scaled_mm(cuda(32, 64, dtype=H), w8.t(), one, one, out_dtype=H)),
         (MM8, lambda: nt.scaled_mm(a8, w8, one, one, out_dtype=H)),  # K differs

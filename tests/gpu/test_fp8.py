@@ -68,7 +68,6 @@ def test_torchs_answers_exactly_at_prefill_sizes(nt, dtype):
             nt.scaled_fp8_quant(x, use_per_token_if_dynamic=True, scale_ub=5.0),
             scaled_reference(x, None, True, 5.0),
         ),
-        (nt.scaled_fp8_quant(x, scale_ub=5.0), scaled_reference(x, scale_ub=5.0)),
     ]:
         for one, theirs in zip(got, want, strict=True):
             assert one.dtype == theirs.dtype
