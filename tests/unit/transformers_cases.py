@@ -106,6 +106,23 @@ def test_a_second_apply_replaces_nothing_again(served_by_references):
     assert not any("forward" in module.__dict__ for module in model.modules())
 
 
+def test_a_calls_tensors_are_refused_for_their_first_difference(served_by_references):
+    """Served.refusal's reasons, in its order: the first tensor's device, the dtypes its
+    op was built for, the others' dtypes and devices, gradients (DEVICE is the CPU
+    here, as the served path's cases run)."""
+    served = _served.Served.of_wheel(None)
+    x, w = torch.randn(2, 8), torch.randn(4, 8)
+    assert served.refusal("mm", x, w) is None
+    assert served.refusal("mm", x.to("meta"), w).startswith("meta tensors")
+    assert served.refusal("mm", x.double(), w.double()).startswith("float64 tensors (its mm")
+    assert served.refusal("mm", x, w.half()) == "mixed dtypes or devices (float32 and float16)"
+    assert served.refusal("mm", x, w.to("meta")).startswith("mixed dtypes or devices")
+    trained = w.clone().requires_grad_()
+    assert served.refusal("mm", x, trained).startswith("gradients")
+    with torch.no_grad():
+        assert served.refusal("mm", x, trained) is None
+
+
 def test_gradients_run_transformers_own_code():
     model = tiny("llama")
     ids, mask = prompts()
