@@ -88,7 +88,9 @@ def _refusal(served, query, key, value, mask, dropout, kwargs):
             "softcapping with an attention mask (padding, or a static cache): the wheel's "
             "softcapped attention takes lengths, not masks"
         )
-    if mask.ndim != 4 or mask.dtype not in (torch.bool, query.dtype) or mask.device != query.device:
+    # (device indices and flags: `.device` makes a torch.device each time, see _served)
+    elsewhere = mask.get_device() != query.get_device() or mask.is_cuda != query.is_cuda
+    if mask.ndim != 4 or mask.dtype not in (torch.bool, query.dtype) or elsewhere:
         return "an attention mask that is not 4-D, or not bool or the queries' dtype"
     return None
 

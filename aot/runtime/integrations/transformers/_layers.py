@@ -20,7 +20,7 @@ def rms_norm(module, original, served, offset):
     plus = _plus(offset) if offset else None
 
     def forward(hidden_states):
-        weight = module.weight
+        weight = parameter(module, "weight")
         why = served.refusal("rms_norm", hidden_states, weight)
         if why is not None:
             fall_back(what, why)
@@ -30,6 +30,21 @@ def rms_norm(module, original, served, offset):
         return nt.rms_norm(hidden_states, weight.shape, weight, eps)
 
     return forward
+
+
+_MISSING = object()
+
+
+def parameter(module, name):
+    """`module.<name>`, a parameter (or None where one is registered as None): eagerly
+    from the module's parameters' dict, as its forward reads it at every call (nn.Module's
+    __getattr__ took 0.86 us a lookup on this 2-core CPU, the dict 0.05); under Dynamo,
+    and where something else took the name, as an attribute."""
+    if not compiling():
+        found = module._parameters.get(name, _MISSING)
+        if found is not _MISSING:
+            return found
+    return getattr(module, name)
 
 
 def _plus(offset):
@@ -95,7 +110,7 @@ def linear(module, original, served, what="nn.Linear"):
     products take the weight in nn.Linear's layout as it is (a transposed view)."""
 
     def forward(x):
-        weight, bias = module.weight, module.bias
+        weight, bias = parameter(module, "weight"), parameter(module, "bias")
         if bias is None:
             why = served.refusal("mm", x, weight)
         else:
