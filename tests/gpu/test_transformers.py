@@ -341,39 +341,22 @@ def test_fbgemm_checkpoint_logits_near_its_weights_float32_products(ntt, family)
     assert error < FP8_BOUND, error
 
 
-def test_fbgemm_checkpoint_under_torch_compile_gives_eagers_tokens(ntt):
-    """FbgemmFp8Linear's quantization (its bound a number, read at `apply`) and
-    row-wise products in a fullgraph Dynamo graph (static cache, bf16): the tokens
-    the same model gives eagerly."""
+@pytest.mark.parametrize("checkpoint", ["fp8", "fbgemm"])
+def test_fp8_checkpoint_under_torch_compile_gives_eagers_tokens(ntt, checkpoint):
+    """FP8 products in a fullgraph Dynamo graph (static cache): the tokens the same
+    model gives eagerly. FP8Linear's blocks over float32 activations; FbgemmFp8Linear's
+    (its bound a number, read at `apply`) over bf16 ones, its products' dtype."""
     from transformers import CompileConfig
 
-    from tests.hf_models import fbgemm
+    from tests import hf_models
 
     fp8_device()
     torch._dynamo.reset()
     ids, mask = prompts(padding=0, device="cuda")
-    model = fbgemm(tiny("llama", dtype=torch.bfloat16, device="cuda"))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        ntt.apply(model)
-        want = generate(model, ids, mask)
-        config = CompileConfig(fullgraph=True, backend="eager", mode=None)
-        got = generate(model, ids, mask, cache_implementation="static", compile_config=config)
-    assert torch.equal(got, want), (got, want)
-    assert fallbacks(ntt, caught) == []
-
-
-def test_fp8_checkpoint_under_torch_compile_gives_eagers_tokens(ntt):
-    """FP8 products in a fullgraph Dynamo graph (static cache, float32 activations):
-    the tokens the same model gives eagerly."""
-    from transformers import CompileConfig
-
-    from tests.hf_models import fp8
-
-    fp8_device()
-    torch._dynamo.reset()
-    ids, mask = prompts(padding=0, device="cuda")
-    model = fp8(tiny("llama", device="cuda"))
+    if checkpoint == "fp8":
+        model = hf_models.fp8(tiny("llama", device="cuda"))
+    else:
+        model = hf_models.fbgemm(tiny("llama", dtype=torch.bfloat16, device="cuda"))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         ntt.apply(model)
