@@ -89,6 +89,20 @@ def test_one_fbgemm_linear_is_fbgemms_formula(served_by_references):
     assert served_by_references["scaled_mm"] == 1
 
 
+def test_fused_fbgemm_projections_take_bf16_activations(served_by_references):
+    """Their products are bf16 whatever the activations are (FBGEMM's): a float32
+    model's attention would rotate q and k in another dtype than its tables'."""
+    from ntops_prebuilt.integrations.transformers import _served
+    from ntops_prebuilt.integrations.transformers._fused import Fused
+
+    mlp = fbgemm(tiny("llama", dtype=torch.bfloat16)).model.layers[0].mlp
+    fused = Fused(mlp, (mlp.gate_proj, mlp.up_proj))
+    served = _served.Served.of_wheel(None)
+    assert fused.refusal(served, torch.randn(2, 256, dtype=torch.bfloat16)) is None
+    why = fused.refusal(served, torch.randn(2, 256))
+    assert why == "torch.float32 activations (FbgemmFp8Linear's products are bf16)"
+
+
 def _stand_in(monkeypatch):
     """FbgemmFp8Linear's own forward made a float product of its quantized weights
     (fbgemm_gpu's kernels are not installed), counting its calls."""

@@ -106,6 +106,10 @@ class Fused:
         why = served.refusal(self.products[0], x)
         if why is None and self.weight.device != x.device:
             why = "weights on another device than the input"
+        if why is None and self.kind == "rows" and x.dtype != torch.bfloat16:
+            # its products are bf16 whatever x is (FBGEMM's): q and k would be rotated
+            # in a dtype other than the tables'
+            why = f"{x.dtype} activations (FbgemmFp8Linear's products are bf16)"
         return why
 
     def _fuse(self):
