@@ -14,7 +14,7 @@ from transformers.integrations import fbgemm_fp8
 import ntops_prebuilt.integrations.transformers as ntt
 from ntops_prebuilt._fp8_reference import scaled_reference
 from tests.hf_models import fbgemm, fbgemm_dense, prompts, tiny
-from tests.unit.transformers_fixtures import fallbacks, logits
+from tests.unit.transformers_fixtures import fallbacks, logits, relative
 
 LAYER_LINEARS = 7  # q, k, v, o, gate, up, down
 LAYER_PRODUCTS = 4  # q/k/v fused, o, gate/up fused, down
@@ -23,10 +23,6 @@ LAYER_PRODUCTS = 4  # q/k/v fused, o, gate/up fused, down
 # and bf16's rounding, over two layers. Measured 0.043-0.046 (the FP8Linear cases' bound
 # is 0.08); each weight row scaled by another row's scale gave 0.32.
 BOUND = 0.08
-
-
-def _relative(got, want):
-    return ((got.double() - want.double()).norm() / want.double().norm()).item()
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])  # Qwen2: q, k and v with biases
@@ -44,7 +40,7 @@ def test_fbgemm_linears_run_the_wheels_row_wise_products(family, served_by_refer
     assert len(patched.modules["projections"]) == 2 * layers  # attention's and the MLP's
     calls = served_by_references
     assert calls["scaled_fp8_quant"] == calls["scaled_mm"] == LAYER_PRODUCTS * layers, calls
-    assert _relative(got, want) < BOUND
+    assert relative(got, want) < BOUND
     patched.remove()
     assert "forward" not in vars(model.model.layers[0].mlp.down_proj)
     assert not hasattr(model.model.layers[0].mlp, "ntops_fused_scale")

@@ -28,6 +28,11 @@ def fallbacks(caught):
     return sorted({str(w.message) for w in caught if issubclass(w.category, ntt.FallbackWarning)})
 
 
+def relative(got, want):
+    """The relative error (Frobenius) of `got` against `want`."""
+    return ((got.double() - want.double()).norm() / want.double().norm()).item()
+
+
 def logits(model, ids, mask):
     with torch.no_grad():
         return model(ids, attention_mask=mask).logits

@@ -16,7 +16,7 @@ from transformers.integrations import finegrained_fp8
 
 import ntops_prebuilt.integrations.transformers as ntt
 from tests.hf_models import dequantized, fp8, prompts, tiny
-from tests.unit.transformers_fixtures import fallbacks, logits
+from tests.unit.transformers_fixtures import fallbacks, logits, relative
 
 # FP8Linear takes block_size None (one scale per weight) and static activation scales
 # from 5.0 on.
@@ -41,10 +41,6 @@ def _fp8_model(family, **options):
     return fp8(tiny(family), **options)
 
 
-def _relative(got, want):
-    return ((got.double() - want.double()).norm() / want.double().norm()).item()
-
-
 @pytest.mark.parametrize("family", ["llama", "qwen2"])  # Qwen2: q, k and v with biases
 def test_block_scaled_linears_run_the_wheels_fp8_products(family, served_by_references):
     model = _fp8_model(family)
@@ -62,7 +58,7 @@ def test_block_scaled_linears_run_the_wheels_fp8_products(family, served_by_refe
     assert calls["per_token_group_quant_fp8"] == LAYER_PRODUCTS * layers, calls
     assert calls["w8a8_block_fp8_matmul"] == LAYER_PRODUCTS * layers, calls
     assert calls["mm"] + calls["addmm"] == 1, calls  # lm_head, not quantized
-    assert _relative(got, want) < BOUND
+    assert relative(got, want) < BOUND
     patched.remove()
     assert "forward" not in vars(model.model.layers[0].mlp.down_proj)
     assert not hasattr(model.model.layers[0].self_attn, "ntops_fused_scale")
@@ -106,7 +102,7 @@ def test_per_tensor_scaled_linears_run_scaled_mm(activation_scale, served_by_ref
     calls = served_by_references
     assert calls["scaled_fp8_quant"] == calls["scaled_mm"] == linears, calls
     assert calls["per_token_group_quant_fp8"] == 0, calls
-    assert _relative(got, want) < BOUND
+    assert relative(got, want) < BOUND
 
 
 def test_a_dequantized_fp8_linear_is_a_product(served_by_references):

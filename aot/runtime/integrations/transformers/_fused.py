@@ -43,7 +43,7 @@ class Fused:
         self.kind = _kind(self.linears[0])
         self.products = Fused.ops(self.linears)  # (found once: each call asks)
         # FbgemmFp8Linear's activation bound, read once (the quantizer filled it at load).
-        self.bound = _bound(self.linears[0]) if self.kind == "rows" else None
+        self.bound = activation_bound(self.linears[0]) if self.kind == "rows" else None
         self._fuse()
 
     @property
@@ -85,7 +85,7 @@ class Fused:
                 return False
             if (linear.bias is None) != (first.bias is None):
                 return False
-            if kind == "rows" and not _bound(linear) == _bound(first) > 0:
+            if kind == "rows" and not activation_bound(linear) == activation_bound(first) > 0:
                 return False
         return True
 
@@ -174,18 +174,28 @@ class Fused:
                 return nt.mm(rows, self.weight.t())
             return nt.addmm(self.bias, rows, self.weight.t())
         if self.kind == "rows":
-            values, scales = nt.scaled_fp8_quant(
-                rows, use_per_token_if_dynamic=True, scale_ub=self.bound
-            )
-            out = nt.scaled_mm(
-                values, self.weight.t(), scales, self.scale.view(1, -1), out_dtype=torch.bfloat16
-            )
+            out = rows_product(rows, self.weight, self.scale, self.bound)
         else:
-            values, scales = nt.per_token_group_quant_fp8(rows, BLOCK)
-            out = nt.w8a8_block_fp8_matmul(
-                values, self.weight, scales, self.scale, [BLOCK, BLOCK], output_dtype=x.dtype
-            )
+            out = blocks_product(rows, self.weight, self.scale, x.dtype)
         return out if self.bias is None else out + self.bias
+
+
+def rows_product(rows, weight, scale, bound):
+    """FbgemmFp8Linear's product of 2-dim `rows`: each token quantized with its largest
+    magnitude held at `bound`, then the product scaled by token and by output feature
+    (`scale`, (out, 1)), in bf16 as FBGEMM's f8f8bf16_rowwise gives it; no bias."""
+    values, scales = nt.scaled_fp8_quant(rows, use_per_token_if_dynamic=True, scale_ub=bound)
+    return nt.scaled_mm(values, weight.t(), scales, scale.view(1, -1), out_dtype=torch.bfloat16)
+
+
+def blocks_product(rows, weight, scale_inv, dtype):
+    """FP8Linear's product of 2-dim `rows` over weights scaled per BLOCK x BLOCK block:
+    each token's groups of BLOCK quantized, then the block-scaled product in `dtype`;
+    no bias."""
+    values, scales = nt.per_token_group_quant_fp8(rows, BLOCK)
+    return nt.w8a8_block_fp8_matmul(
+        values, weight, scales, scale_inv, [BLOCK, BLOCK], output_dtype=dtype
+    )
 
 
 # The fused weight's, bias's and weight scale's names among the owner's buffers.
@@ -227,8 +237,10 @@ def _kind(linear):
     return None
 
 
-def _bound(linear):
-    """FbgemmFp8Linear's activation bound, a number."""
+def activation_bound(linear):
+    """FbgemmFp8Linear's activation bound (`input_scale_ub`, which the quantizer fills
+    at load), a number: read once, at `apply`, since a call must not read GPU memory (a
+    sync, and no CUDA graph could hold it)."""
     return float(linear.input_scale_ub.reshape(-1)[0])
 
 

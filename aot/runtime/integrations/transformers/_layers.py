@@ -7,6 +7,7 @@ import torch
 
 from ... import torch as nt
 from ..._library import compiling
+from ._fused import BLOCK, activation_bound, blocks_product, rows_product
 from ._served import fall_back
 
 
@@ -131,7 +132,7 @@ FP8_OPS = {
     "blocks": ("per_token_group_quant_fp8", "w8a8_block_fp8_matmul"),
     "tensor": ("scaled_fp8_quant", "scaled_mm"),
 }
-FP8_BLOCK = (128, 128)  # the blocks w8a8_block_fp8_matmul was built for
+FP8_BLOCK = (BLOCK, BLOCK)  # the blocks w8a8_block_fp8_matmul was built for
 
 
 def fp8_ops(module):
@@ -175,11 +176,7 @@ def fp8_linear(module, original, served):
             if bias is not None and not served_bias:
                 out = out + bias
         else:
-            values, scales = nt.per_token_group_quant_fp8(rows, FP8_BLOCK[1])
-            out = nt.w8a8_block_fp8_matmul(
-                values, weight, scales, module.weight_scale_inv, list(FP8_BLOCK),
-                output_dtype=x.dtype,
-            )  # fmt: skip
+            out = blocks_product(rows, weight, module.weight_scale_inv, x.dtype)
             if bias is not None:
                 out = out + bias
         return out.view(*x.shape[:-1], out.shape[-1])
@@ -223,12 +220,10 @@ def fbgemm_fp8_linear(module, original, served):
     token's largest magnitude held at `input_scale_ub` (the config's
     activation_scale_ub, 1200 by default), then the row-wise scaled product, in bf16
     as FBGEMM's f8f8bf16_rowwise gives it, the (float32) bias added after as stock
-    adds it. Stock needs fbgemm_gpu's kernels (`torch.ops.fbgemm`): without it such a
-    checkpoint does not run at all. The bound is read once, here: the quantizer fills
-    the buffer at load time, and a call must not read GPU memory (a sync, and no CUDA
-    graph could hold it)."""
+    adds it (`_fused.rows_product`). Stock needs fbgemm_gpu's kernels
+    (`torch.ops.fbgemm`): without it such a checkpoint does not run at all."""
     what = "FbgemmFp8Linear"
-    bound = float(module.input_scale_ub.reshape(-1)[0])
+    bound = activation_bound(module)
 
     def forward(x):
         why = _fbgemm_refusal(module, served, x, bound)
@@ -236,11 +231,7 @@ def fbgemm_fp8_linear(module, original, served):
             fall_back(what, why)
             return original(x)
         rows = x.reshape(-1, x.shape[-1])
-        values, scales = nt.scaled_fp8_quant(rows, use_per_token_if_dynamic=True, scale_ub=bound)
-        out = nt.scaled_mm(
-            values, module.weight.t(), scales, module.weight_scale.view(1, -1),
-            out_dtype=torch.bfloat16,
-        )  # fmt: skip
+        out = rows_product(rows, module.weight, module.weight_scale, bound)
         if module.bias is not None:
             out = out + module.bias
         return out.view(*x.shape[:-1], out.shape[-1])
