@@ -20,7 +20,9 @@ Without sorting, in steps (the switch `step`; aot/runtime/_sampling.py launches 
      digits step ran, else passes over the row: 2 for bf16 logits, at most 4 for fp32;
      it stops as soon as a bucket holds exactly the rows still wanted; ties with the
      k-th value are all kept); min-p raises it to max + temperature * log(min_p);
-4. "bounded", a program per chunk: its mass above the row's bound;
+4. "bounded", a program per chunk: its mass above the row's bound; where the draw
+   applies top-p (flag 128), the chunk's survivors too, into its row's buffer of
+   `capacity` (a slot range taken by one atomic a chunk, the counter `taken`);
 5. "rows" again, drawing: a uniform times the mass left, the chunk it falls in found
    from the chunks' masses, then a cumulative sum inside that one tile (inverse CDF,
    one uniform a round from Philox keyed by the row's seed);
@@ -30,6 +32,11 @@ Without sorting, in steps (the switch `step`; aot/runtime/_sampling.py launches 
      draw repeats over what is above (passes over the row), which holds the whole top-p
      set, so the accepted token is distributed as the renormalised top-p set is,
      exactly. The argmax always passes: the loop ends.
+   - top-p over a buffer of survivors (flag 128, where the bound left at most
+     `capacity` tokens: top-k of up to 1024 and its ties, a tight min-p): no rounds.
+     The survivors, sorted (by value, then index), give the top-p set at once: the
+     tokens whose strictly more probable ones hold less than top_p of the mass, the
+     rule the rejection applies; the draw is over it, renormalised.
 """
 
 import functools
@@ -51,6 +58,7 @@ SPACE = VariantSpace(
     coalesce="none",
     # (Not `leading` and `second`: written only under flag 64; without it the runtime
     # passes stride-0 stand-ins, which the launcher refuses as outputs.)
+    # (Nor `survivors` and `taken`: written under flag 128 only, through pointers.)
     outputs=("output", "peaks", "firsts", "masses", "kept", "bounds"),
     # The per-row parameters may be one value broadcast (stride 0) or unused views; the
     # chunks' results are a few values a row.
@@ -67,6 +75,8 @@ SPACE = VariantSpace(
         "output",
         "leading",
         "second",
+        "survivors",
+        "taken",
     ),
     dims={
         "logits": ("rows", "vocabulary"),
@@ -80,6 +90,8 @@ SPACE = VariantSpace(
         "masses": ("rows", "chunks"),
         "kept": ("rows", "chunks"),
         "bounds": ("rows",),
+        "survivors": ("rows", "capacity"),
+        "taken": ("rows",),
         "leading": ("rows", "counts"),
         "second": ("rows", "counts"),
         "output": ("rows",),
@@ -107,7 +119,9 @@ API = Api(
 # 4096 logits a tile (and a chunk) in 8 warps: Llama-3's 128256 in 32 (the row
 # normalizations' tile, reduction.NORM_CONFIG). Both steps are built with it: the rows
 # step reads the chunks' results by it (aot/runtime/_sampling.py sizes them by it).
-CONFIG = Config({"block_size": 4096}, num_warps=8, num_stages=2)
+# The survivors a row's draw takes top-p over (flag 128): topk's limit of k, 1024, and
+# its ties (more: the rejection rounds), 8 KB a row.
+CONFIG = Config({"block_size": 4096, "capacity": 1024}, num_warps=8, num_stages=2)
 # The chunks' results a tile of the rows step reads (Gemma's 256000 logits: 63 chunks).
 # (The kernels spell both out: module globals are not visible in them.)
 RESULTS = 64
@@ -189,23 +203,26 @@ def application_digits(logits, top_ks, peaks, leading, second, k, rows, block):
     second = ntl.histogram(digits, 256, mask=inside)  # noqa: F841
 
 
-def arrangement_bounded(logits, temperatures, bounds, peaks, kept, t, rows, block,
-                        block_size):  # fmt: skip
+def arrangement_bounded(logits, temperatures, bounds, peaks, kept, survivors, taken, t, rows,
+                        block, capacity, block_size, slots):  # fmt: skip
     """A program per chunk of a row: one tile of its logits, its row's temperature and
-    bound, its chunk's maximum and mass kept."""
+    bound, its chunk's maximum and mass kept; the survivors' buffers through their
+    pointers (`slots`: `capacity`'s value)."""
     tiles = chunks.arrange_chunks(logits, block_size, 1)
     per_row = (
         tensor.tile((1,)).unsqueeze(1).expand((-1, peaks.shape[1]))
         for tensor in (temperatures, bounds)
     )
     results = (chunks.arrange_results(tensor) for tensor in (peaks, kept))
-    return (tiles, *per_row, *results, t, rows, block)
+    buffers = (survivors.tile((1, 1)), taken.tile((1,)).unsqueeze(1).expand((-1, peaks.shape[1])))
+    return (tiles, *per_row, *results, *buffers, t, rows, block, capacity)
 
 
-def application_bounded(logits, temperatures, bounds, peaks, kept, t, rows, block):
+def application_bounded(logits, temperatures, bounds, peaks, kept, survivors, taken, t, rows,
+                        block, capacity):  # fmt: skip
     """The chunk's mass of logits with keys at least its row's bound (the rows step's
     first launch found it: top-k's k-th key, min-p's floor), relative to the chunk's
-    maximum as `masses` is."""
+    maximum as `masses` is; with flag 128, the logits themselves (`leave_survivors`)."""
     vocabulary = logits.source.shape[1]
     temperature = t
     if rows & 1:
@@ -218,19 +235,28 @@ def application_bounded(logits, temperatures, bounds, peaks, kept, t, rows, bloc
     index = ntl.cast(logits[0].offsets(-1), ntl.int32)
     inside = (key(x) >= bound) & (index < vocabulary)
     kept = ntl.sum(ntl.where(inside, ntl.exp((x - shift) * inverse), 0.0), 0)  # noqa: F841
+    if ((rows & 128) != 0) & (bound > 0):
+        leave_survivors(
+            survivors.source.data_ptr(), taken.source.data_ptr(), peaks.source.shape[1],
+            survivors.source.stride(0), survivors.source.stride(1), taken.source.stride(0),
+            x, index, inside, capacity,
+        )  # fmt: skip
 
 
 def arrangement(logits, temperatures, top_ks, top_ps, min_ps, seeds, peaks, firsts, masses,
-                leading, second, bounds, output, t, k, p, q, rows, block,
-                block_size):  # fmt: skip
+                leading, second, bounds, output, survivors, taken, t, k, p, q, rows, block,
+                capacity, block_size, slots):  # fmt: skip
     """A program per row, seeing its logits as tiles of `block_size`, its chunks'
-    results as tiles of RESULTS and one value of each per-row tensor."""
+    results as tiles of RESULTS, one value of each per-row tensor and its survivors
+    as one tile."""
     per_row = (tensor.tile((1,)) for tensor in (temperatures, top_ks, top_ps, min_ps, seeds))
     arranged = reduction.arrange_rows(logits, block_size)
     results = (reduction.arrange_rows(tensor, RESULTS) for tensor in (peaks, firsts, masses))
     counts = (reduction.arrange_rows(tensor, 256) for tensor in (leading, second))
     ends = (tensor.tile((1,)) for tensor in (bounds, output))
-    return (arranged, *per_row, *results, *counts, *ends, t, k, p, q, rows, block)
+    buffers = (reduction.arrange_rows(survivors, slots), taken.tile((1,)))
+    return (arranged, *per_row, *results, *counts, *ends, *buffers, t, k, p, q, rows, block,
+            capacity)  # fmt: skip
 
 
 @triton.jit
@@ -351,9 +377,65 @@ def value_at(logits, block, token):
     return ntl.sum(ntl.where(ntl.arange(0, block) == token % block, x, 0.0), 0)
 
 
+@triton.jit
+def pack(x, index):
+    """A survivor as one int64: the order-preserving int32 of its value (`key` less
+    2^31) above 2^31 - 1 - its index, so that the larger value comes first in a
+    descending sort, and of equal values the lower index."""
+    bits = tl.cast(x + 0.0, tl.int32, bitcast=True)
+    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+    return (tl.cast(ordered, tl.int64) << 32) | tl.cast(2147483647 - index, tl.int64)
+
+
+@triton.jit
+def leave_survivors(survivors, taken, chunks, s_row, s_slot, s_taken, x, index, inside,
+                    CAPACITY: tl.constexpr):  # fmt: skip
+    """The bounded step's chunk's survivors (`inside`: logits `x` at `index`), packed,
+    into its row's buffer: a slot range taken by one atomic on the row's counter (the
+    rows step's first launch zeroed it); nothing where the row's survivors pass
+    CAPACITY (its draw then takes the rejection rounds, the counter telling it). The
+    grid is ninetoothed's over (rows, chunks), row-major."""
+    row = tl.program_id(0) // chunks
+    count = tl.sum(tl.cast(inside, tl.int32), 0)
+    if count > 0:
+        # Scalar atomics run once per program and their result reaches every thread.
+        base = tl.atomic_add(taken + row * s_taken, tl.cast(count, tl.int64), sem="relaxed")
+        if base + count <= CAPACITY:
+            slot = base + tl.cumsum(tl.cast(inside, tl.int64), 0) - 1
+            tl.store(survivors + row * s_row + slot * s_slot, pack(x, index), mask=inside)
+
+
+@triton.jit
+def draw_nucleus(packed, count, top, inverse, top_p, seed, CAPACITY: tl.constexpr):
+    """A token drawn from the top-p set of a row's `count` survivors (the first slots
+    of `packed`), renormalised: sorted by value (ties by index), the set is the tokens
+    whose strictly more probable ones hold less than top_p of the survivors' mass (all
+    of a value or none), as the rejection rounds take it; the draw is the inverse CDF
+    over it in that order, one uniform (Philox, the row's seed, offset 0)."""
+    slot = tl.arange(0, CAPACITY)
+    valid = slot < count
+    lowest = tl.full((CAPACITY,), -9223372036854775807, tl.int64) - 1
+    packed = tl.sort(tl.where(valid, packed, lowest), descending=True)
+    ordered = tl.cast(packed >> 32, tl.int32)
+    x = tl.cast(ordered ^ ((ordered >> 31) & 0x7FFFFFFF), tl.float32, bitcast=True)
+    p = tl.where(valid, tl.exp((x - top) * inverse), 0.0)
+    share = tl.maximum(top_p, 1e-30) * tl.sum(p, 0)
+    # The first of a value's tokens has exactly the strictly more probable ones before it.
+    inside = valid & (tl.cumsum(p, 0) - p < share)
+    least = tl.min(tl.where(inside, ordered, 2147483647), 0)
+    q = tl.where(valid & (ordered >= least), p, 0.0)
+    target = tl.rand(seed, tl.full((), 0, tl.int32)) * tl.sum(q, 0)
+    passed = (tl.cumsum(q, 0) > target) & (q > 0)
+    # Rounding may leave the target unreached: the last token with mass.
+    at = tl.min(tl.where(passed, slot, CAPACITY), 0)
+    at = tl.where(at == CAPACITY, tl.max(tl.where(q > 0, slot, 0), 0), at)
+    chosen = tl.sum(tl.where(slot == at, packed, 0), 0)
+    return 2147483647 - tl.cast(chosen & 0xFFFFFFFF, tl.int32)
+
+
 def application(
     logits, temperatures, top_ks, top_ps, min_ps, seeds, peaks, firsts, masses, leading,
-    second, bounds, output, t, k, p, q, rows, block,
+    second, bounds, output, survivors, taken, t, k, p, q, rows, block, capacity,
 ):  # fmt: skip
     vocabulary = logits.source.shape[1]
     # `rows`: the parameters given as tensors, a bit each (1 temperature, 2 top-k, 4
@@ -362,6 +444,7 @@ def application(
     # step finds each row's bound (0: none) and writes it to `bounds`; the bounded step
     # sums each chunk's mass above it; 32, this step reads it, and `masses` are those.
     # 64: top-k's first two bytes are in the chunks' histograms `leading` and `second`.
+    # 128 (with 16 and 32): top-p over the bounded step's survivors, where they fit.
     temperature, top_k, top_p, min_p = t, k, p, q
     if rows & 1:
         temperature = ntl.max(temperatures, 0)
@@ -420,6 +503,8 @@ def application(
             bound = ntl.maximum(bound, floor)
     if rows & 16:
         bounds = bound + ntl.zeros((1,), dtype=ntl.int64)
+        if rows & 128:
+            taken = ntl.zeros((1,), dtype=ntl.int64)
     if rows & 32:
         bound = ntl.max(bounds, 0)
     if live & ((rows & 16) == 0):
@@ -435,6 +520,11 @@ def application(
         random = ntl.max(seeds, 0)
         # A top-p of 0 or less keeps the most probable token alone: it passes.
         share = ntl.maximum(top_p, 1e-30) * kept
+        if ((rows & 128) != 0) & (top_p < 1.0) & (bound > 0):
+            count = ntl.max(taken, 0)
+            if (count > 0) & (count <= capacity):
+                token = draw_nucleus(survivors[0], count, top, inverse, top_p, random, capacity)
+                accepted = True
         while not accepted and round < 64:
             target = ntl.rand(random, round) * left
             if located and round == 0:
@@ -459,8 +549,9 @@ def application(
     output = ntl.cast(token, ntl.int64) + ntl.zeros((1,), dtype=ntl.int64)  # noqa: F841
 
 
-def premake(ndim, dtype, step="rows", block_size=4096):
+def premake(ndim, dtype, step="rows", block_size=4096, capacity=1024):
     block = Tensor(0, constexpr=True, value=block_size)
+    room = Tensor(0, constexpr=True, value=capacity)
     logits = Tensor(2, dtype=dtype, other=float("-inf"))
     if step == "chunks":
         tensors = (
@@ -496,11 +587,14 @@ def premake(ndim, dtype, step="rows", block_size=4096):
             Tensor(1, dtype="i64"),
             Tensor(2, dtype="fp32"),
             Tensor(2, dtype="fp32"),
+            Tensor(2, dtype="i64"),
+            Tensor(1, dtype="i64"),
             Tensor(0, dtype="fp32"),
             Tensor(0, dtype="i32"),
             block,
+            room,
         )
-        arrange = functools.partial(arrangement_bounded, block_size=block_size)
+        arrange = functools.partial(arrangement_bounded, block_size=block_size, slots=capacity)
         return arrange, application_bounded, tensors
     tensors = (
         logits,
@@ -516,12 +610,15 @@ def premake(ndim, dtype, step="rows", block_size=4096):
         Tensor(2, dtype="i32", other=0),
         Tensor(1, dtype="i64"),
         Tensor(1, dtype="i64"),
+        Tensor(2, dtype="i64", other=0),
+        Tensor(1, dtype="i64"),
         Tensor(0, dtype="fp32"),
         Tensor(0, dtype="i32"),
         Tensor(0, dtype="fp32"),
         Tensor(0, dtype="fp32"),
         Tensor(0, dtype="i32"),
         block,
+        room,
     )
-    arrange = functools.partial(arrangement, block_size=block_size)
+    arrange = functools.partial(arrangement, block_size=block_size, slots=capacity)
     return arrange, application, tensors

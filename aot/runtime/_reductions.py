@@ -88,6 +88,26 @@ def chunk_size(op, **switches):
     return sizes.pop() if sizes else 1
 
 
+@functools.cache
+def built_value(op, name, **switches):
+    """The value of premake argument `name` of op `op`'s kernels (those of `switches`'
+    values) as the build made them: one for all of them (as `chunk_size`); None where
+    none is built."""
+    values = {
+        bucket["config"]["premake"][name]
+        for variant in manifest()["variants"]
+        if variant["op"] == op
+        and all(variant["switches"].get(key) == value for key, value in switches.items())
+        for bucket in variant["buckets"].values()
+    }
+    if len(values) > 1:
+        raise RuntimeError(
+            f"{op}: this wheel's kernels were built with {name} {sorted(values)}; the "
+            "runtime sizes their buffers by one (its kernel file's CONFIG)"
+        )
+    return values.pop() if values else None
+
+
 def chunks(n, size):
     """How many chunks of `size` a row of `n` elements has."""
     return -(-n // size)

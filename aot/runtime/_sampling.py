@@ -15,7 +15,7 @@ import torch
 from . import _C
 from . import _checks as check
 from ._library import fake, routed
-from ._reductions import chunk_size, chunks
+from ._reductions import built_value, chunk_size, chunks
 
 _launch = _C.launch
 _STEPS = check.groups("sampling", "step")
@@ -23,8 +23,9 @@ _CHUNKS, _DIGITS, _BOUNDED, _ROWS = (
     _STEPS.get((step,)) for step in ("chunks", "digits", "bounded", "rows")
 )
 # kernels/sampling.py's bits of the rows step: find the bounds and stop; read them;
-# top-k's first two bytes counted by the chunk steps.
-_FIND_BOUNDS, _BOUNDS_FOUND, _HISTOGRAMS = 16, 32, 64
+# top-k's first two bytes counted by the chunk steps; top-p over the survivors of a
+# bound (the bounded step leaves them).
+_FIND_BOUNDS, _BOUNDS_FOUND, _HISTOGRAMS, _SURVIVORS = 16, 32, 64, 128
 # Rows up to which top-k's first two bytes are counted a chunk a program (two launches
 # beside one program a row's two passes); past it every program reads the row's
 # histograms (C * 1 KB each), and the rows fill the GPU by themselves.
@@ -178,24 +179,35 @@ def sampling(logits, seeds, temperatures=None, top_ks=None, top_ps=None, min_ps=
     device = logits.device
     selecting = flags & _TOP_K or 0 < top_k < vocabulary
     size = chunks(vocabulary, chunk_size("sampling")) * 256
+    bounded = selecting or flags & _MIN_P or numbers[3] > 0
+    # The buffers a flag leaves unused: stand-ins of their shapes, never read.
+    spare = torch.empty(1, dtype=torch.int64, device=device)
     if selecting and rows < _SPLIT_ROWS:
         flags |= _HISTOGRAMS
         leading, second = (torch.empty(rows, size, dtype=torch.int32, device=device) for _ in "ab")
-    else:  # never read: a stand-in of their shape
-        leading = second = torch.empty(1, dtype=torch.int32, device=device).expand(rows, size)
+    else:
+        leading = second = spare.view(torch.int32)[:1].expand(rows, size)
+    capacity = built_value("sampling", "capacity") or 1
+    if bounded and (flags & _TOP_P or numbers[2] < 1):
+        flags |= _SURVIVORS
+        survivors = torch.empty(rows, capacity, dtype=torch.int64, device=device)
+        taken = torch.empty(rows, dtype=torch.int64, device=device)
+    else:
+        survivors, taken = spare.expand(rows, capacity), spare.expand(rows)
     peaks, firsts, masses = chunk_results(logits, tensors[0], numbers[0], flags, leading)
     if flags & _HISTOGRAMS:
         _launch(_DIGITS, logits, tensors[1], peaks, leading, second, numbers[1], flags)
     output = torch.empty(rows, dtype=torch.int64, device=device)
     bounds = torch.empty(rows, dtype=torch.int64, device=device)
-    counts = (leading, second, bounds, output)
+    counts = (leading, second, bounds, output, survivors, taken)
     # A bound may cut (top-k or min-p on, as numbers or per row): its rows step finds
-    # it, a chunk step sums each chunk's mass above it, and the draw reads one tile
-    # (else two passes over the row, in one program).
-    if selecting or flags & _MIN_P or numbers[3] > 0:
+    # it, a chunk step sums each chunk's mass above it (and leaves its survivors for
+    # top-p), and the draw reads one tile (else two passes over the row, in one
+    # program).
+    if bounded:
         arguments = (logits, *tensors, seeds, peaks, firsts, masses, *counts, *numbers)
         _launch(_ROWS, *arguments, flags | _FIND_BOUNDS)
-        masses = chunk_kept(logits, tensors[0], bounds, peaks, numbers[0], flags)
+        masses = chunk_kept(logits, tensors[0], bounds, peaks, numbers[0], flags, survivors, taken)
         flags |= _BOUNDS_FOUND
     arguments = (logits, *tensors, seeds, peaks, firsts, masses, *counts, *numbers)
     _launch(_ROWS, *arguments, flags)
@@ -215,10 +227,13 @@ def chunk_results(logits, temperatures, temperature, flags, leading):
     return peaks, firsts, masses
 
 
-def chunk_kept(logits, temperatures, bounds, peaks, temperature, flags):
+def chunk_kept(logits, temperatures, bounds, peaks, temperature, flags, survivors, taken):
     """The bounded step (kernels/sampling.py): for each chunk of each row, the sum of
     exp((x - its maximum) / temperature) over its logits whose keys are at least the
-    row's bound (`bounds`, int64 keys; `peaks` the chunks' maxima); (rows, chunks)."""
+    row's bound (`bounds`, int64 keys; `peaks` the chunks' maxima); (rows, chunks).
+    With flag 128, those logits into `survivors` (rows, capacity), counted in `taken`
+    (rows,), which must hold 0."""
     kept = torch.empty_like(peaks)
-    _launch(_BOUNDED, logits, temperatures, bounds, peaks, kept, temperature, flags)
+    arguments = (logits, temperatures, bounds, peaks, kept, survivors, taken, temperature)
+    _launch(_BOUNDED, *arguments, flags)
     return kept

@@ -27,8 +27,8 @@ def num_tensors(variant):
     # top_ks, top_ps, min_ps, seeds, peaks, firsts, masses, bounds, output
     # bounded: logits, temperatures, bounds, peaks, kept; rows: also bounds, before output
     # digits: logits, top_ks, peaks, leading, second; chunks and rows: also leading
-    # (and second) before bounds
-    return {"chunks": 6, "digits": 5, "bounded": 5, "rows": 13}[variant["switches"]["step"]]
+    # (and second) before bounds; bounded and rows: survivors and taken last
+    return {"chunks": 6, "digits": 5, "bounded": 7, "rows": 15}[variant["switches"]["step"]]
 
 
 def distinct(rows, vocabulary, dtype, device="cuda"):
@@ -74,6 +74,23 @@ def kept_reference(logits, temperature, bounds, peaks, size):
     inside = keys(parts) >= bounds.view(-1, 1, 1)
     shift = torch.where(peaks == float("-inf"), 0.0, peaks).unsqueeze(-1)
     return torch.where(inside, torch.exp((parts - shift) / temperature), 0.0).sum(-1)
+
+
+def packed(logits):
+    """kernels/sampling.py's survivors (`pack`): each logit's key less 2^31 above
+    2^31 - 1 - its index, (rows, vocabulary) int64."""
+    index = torch.arange(logits.shape[1], device=logits.device)
+    return ((keys(logits) - (1 << 31)) << 32) | ((1 << 31) - 1 - index)
+
+
+def survivors_reference(logits, bounds):
+    """Each row's survivors of its bound, packed, in descending order, and how many:
+    the bounded step leaves them in any order (one atomic a chunk)."""
+    ordered = packed(logits)
+    inside = keys(logits) >= bounds.view(-1, 1)
+    lowest = torch.iinfo(torch.int64).min
+    ordered = torch.where(inside, ordered, lowest).sort(-1, descending=True).values
+    return ordered, inside.sum(-1)
 
 
 def chunked_keys(logits, size):
@@ -153,8 +170,21 @@ def run(nt, variant, spec, dtype, bucket):
         wanted[-1] = 0
         bounds = laid_out(2, (rows,), torch.int64, wanted)
         peaks = chunk_reference(logits, 0.7, size)[0]
-        found = module.chunk_kept(logits, temperatures, bounds, peaks, 1.0, 1)
-        return found, kept_reference(logits, 0.7, bounds, peaks, size)
+        # the survivors too (128): the rows with a bound leave their 100 (and ties)
+        capacity = importlib.import_module(f"{nt.__name__}._reductions").built_value(
+            "sampling", "capacity"
+        )
+        survivors = torch.empty(rows, capacity, dtype=torch.int64, device=logits.device)
+        taken = torch.zeros(rows, dtype=torch.int64, device=logits.device)
+        arguments = (logits, temperatures, bounds, peaks, 1.0, 1 | 128, survivors, taken)
+        found = module.chunk_kept(*arguments)
+        ordered, counts = survivors_reference(logits, bounds)
+        left = (torch.arange(capacity, device=logits.device) < taken.view(-1, 1))[:-1]
+        lowest = torch.iinfo(torch.int64).min
+        got = torch.where(left, survivors[:-1], lowest).sort(-1, descending=True).values
+        counts[-1] = 0  # a row without a bound leaves nothing
+        expected = (kept_reference(logits, 0.7, bounds, peaks, size), ordered[:-1, :capacity])
+        return (found, got, taken), (*expected, counts)
     answers = []
     calls = ((0.0, 0, 1.0, 0.0), (1.0, 0, 1e-9, 0.0), (0.7, 0, 1.0, 1.0), (1.0, 2, 1e-9, 0.0))
     for temperature, top_k, top_p, min_p in calls:
@@ -171,8 +201,10 @@ def run(nt, variant, spec, dtype, bucket):
 
 
 def check(result, expected, variant, dtype):
-    if variant["switches"]["step"] == "bounded":
-        torch.testing.assert_close(result, expected, rtol=1e-5, atol=0)
+    if variant["switches"]["step"] == "bounded":  # kept, survivors, taken
+        torch.testing.assert_close(result[0], expected[0], rtol=1e-5, atol=0)
+        torch.testing.assert_close(result[1], expected[1], rtol=0, atol=0)
+        torch.testing.assert_close(result[2], expected[2], rtol=0, atol=0)
         return
     if isinstance(result, tuple):  # the chunks step's peaks, firsts, masses, histograms
         torch.testing.assert_close(result[0], expected[0], rtol=0, atol=0, equal_nan=True)
@@ -244,7 +276,9 @@ def interpreted(make):
     (rows of the same logits over 24 tokens, chunks of 16) with every filter on, against
     `probabilities`: no token outside the filtered support, and a chi-square p-value
     above 1e-4 (the seeds are fixed, so it fails never or always; the GPU suite draws
-    10^5 and more). The interpreter takes about 0.2 s a row here."""
+    10^5 and more); top-p over a bound's survivors (capacity 16: top-k with top-p, and
+    the rejection rounds where min-p's survivors pass it). The interpreter takes about
+    0.2 s a row here."""
     module = references()
     for dtype, size in ((torch.float32, 64), (torch.bfloat16, 64), (torch.float32, 2)):
         nt = _runtime(make, size)
@@ -267,9 +301,20 @@ def interpreted(make):
     # The draws found by the chunks' masses: of all of them, above top-k's and min-p's
     # bounds (the bounded step's).
     # (60 rows: top-k's first two bytes counted a chunk a program, below 64 rows)
-    for options in ({}, {"top_k": 5}, {"min_p": 0.1}):
+    # Top-p over the survivors (top-k's 5), and over more survivors than the buffer
+    # holds (min-p's 24: the rounds).
+    for options in (
+        {},
+        {"top_k": 5},
+        {"min_p": 0.1},
+        {"top_k": 5, "top_p": 0.7},
+        {"min_p": 0.001, "top_p": 0.8},
+    ):
         drawn = nt.sampling(logits[:60], seeds[:60], temperature=t, **options)
         chances = module.probabilities(logits[:1], temperature=t, **options)[0]
+        if "min_p" in options and "top_p" in options:
+            bounded = module.probabilities(logits[:1], temperature=t, min_p=options["min_p"])
+            assert int((bounded > 0).sum()) > 16, bounded
         assert chi_square_p(drawn, chances) > 1e-4, (options, drawn, chances)
 
 
@@ -283,11 +328,13 @@ def _runtime(make, size):
     from tests.ops._runtime import load
 
     def configured(op, ndim, dtype="fp32", **options):
-        return make(op, ndim, dtype, **{**options, "block_size": size})
+        return make(op, ndim, dtype, **{**options, "block_size": size, "capacity": 16})
 
     configured.made = make.made
     module = types.SimpleNamespace(
-        CONFIG=Config({"block_size": size}), SPACE=sampling.SPACE, premake=sampling.premake
+        CONFIG=Config({"block_size": size, "capacity": 16}),
+        SPACE=sampling.SPACE,
+        premake=sampling.premake,
     )
     configured.registry = {"sampling": types.SimpleNamespace(module=module)}
     steps = ("chunks", "digits", "bounded", "rows")
