@@ -20,9 +20,10 @@ Without sorting, in steps (the switch `step`; aot/runtime/_sampling.py launches 
      digits step ran, else passes over the row: 2 for bf16 logits, at most 4 for fp32;
      it stops as soon as a bucket holds exactly the rows still wanted; ties with the
      k-th value are all kept); min-p raises it to max + temperature * log(min_p);
-4. "bounded", a program per chunk: its mass above the row's bound; where the draw
-   applies top-p (flag 128), the chunk's survivors too, into its row's buffer of
-   `capacity` (a slot range taken by one atomic a chunk, the counter `taken`);
+4. "bounded", a program per chunk: its mass above the row's bound; its build
+   "survivors", where the draw applies top-p (flag 128), the chunk's survivors too,
+   into its row's buffer of `capacity` (a slot range taken by one atomic a chunk, the
+   counter `taken`);
 5. "rows" again, drawing: a uniform times the mass left, the chunk it falls in found
    from the chunks' masses, then a cumulative sum inside that one tile (inverse CDF,
    one uniform a round from Philox keyed by the row's seed);
@@ -32,8 +33,9 @@ Without sorting, in steps (the switch `step`; aot/runtime/_sampling.py launches 
      draw repeats over what is above (passes over the row), which holds the whole top-p
      set, so the accepted token is distributed as the renormalised top-p set is,
      exactly. The argmax always passes: the loop ends.
-   - top-p over a buffer of survivors (flag 128, where the bound left at most
-     `capacity` tokens: top-k of up to 1024 and its ties, a tight min-p): no rounds.
+   - top-p over a buffer of survivors (the build "nucleus", flag 128, where the
+     bound left at most `capacity` tokens: top-k of up to 1024 and its ties, a tight
+     min-p): no rounds.
      The survivors, sorted (by value, then index), give the top-p set at once: the
      tokens whose strictly more probable ones hold less than top_p of the mass, the
      rule the rejection applies; the draw is over it, renormalised.
@@ -54,7 +56,10 @@ from ._lib import chunks, reduction
 SPACE = VariantSpace(
     dtypes=FLOATS,
     ndims=(2,),
-    switches={"step": ("chunks", "digits", "bounded", "rows")},
+    # "survivors" and "nucleus": the bounded and rows steps with top-p over the
+    # survivors (flag 128) compiled in; the others are built without it (its code
+    # costs the bounded step 2.5x its registers, a third of its occupancy).
+    switches={"step": ("chunks", "digits", "bounded", "rows", "survivors", "nucleus")},
     coalesce="none",
     # (Not `leading` and `second`: written only under flag 64; without it the runtime
     # passes stride-0 stand-ins, which the launcher refuses as outputs.)
@@ -235,12 +240,13 @@ def application_bounded(logits, temperatures, bounds, peaks, kept, survivors, ta
     index = ntl.cast(logits[0].offsets(-1), ntl.int32)
     inside = (key(x) >= bound) & (index < vocabulary)
     kept = ntl.sum(ntl.where(inside, ntl.exp((x - shift) * inverse), 0.0), 0)  # noqa: F841
-    if ((rows & 128) != 0) & (bound > 0):
-        leave_survivors(
-            survivors.source.data_ptr(), taken.source.data_ptr(), peaks.source.shape[1],
-            survivors.source.stride(0), survivors.source.stride(1), taken.source.stride(0),
-            x, index, inside, capacity,
-        )  # fmt: skip
+    if capacity > 0:  # noqa: SIM102 (a constexpr: the step "survivors" only)
+        if ((rows & 128) != 0) & (bound > 0):
+            leave_survivors(
+                survivors.source.data_ptr(), taken.source.data_ptr(), peaks.source.shape[1],
+                survivors.source.stride(0), survivors.source.stride(1),
+                taken.source.stride(0), x, index, inside, capacity,
+            )  # fmt: skip
 
 
 def arrangement(logits, temperatures, top_ks, top_ps, min_ps, seeds, peaks, firsts, masses,
@@ -401,7 +407,7 @@ def leave_survivors(survivors, taken, chunks, s_row, s_slot, s_taken, x, index, 
         # Scalar atomics run once per program and their result reaches every thread.
         base = tl.atomic_add(taken + row * s_taken, tl.cast(count, tl.int64), sem="relaxed")
         if base + count <= CAPACITY:
-            slot = base + tl.cumsum(tl.cast(inside, tl.int64), 0) - 1
+            slot = base + tl.cast(tl.cumsum(tl.cast(inside, tl.int32), 0) - 1, tl.int64)
             tl.store(survivors + row * s_row + slot * s_slot, pack(x, index), mask=inside)
 
 
@@ -503,8 +509,9 @@ def application(
             bound = ntl.maximum(bound, floor)
     if rows & 16:
         bounds = bound + ntl.zeros((1,), dtype=ntl.int64)
-        if rows & 128:
-            taken = ntl.zeros((1,), dtype=ntl.int64)
+        if capacity > 0:  # noqa: SIM102 (a constexpr: the step "nucleus" only)
+            if rows & 128:
+                taken = ntl.zeros((1,), dtype=ntl.int64)
     if rows & 32:
         bound = ntl.max(bounds, 0)
     if live & ((rows & 16) == 0):
@@ -520,11 +527,12 @@ def application(
         random = ntl.max(seeds, 0)
         # A top-p of 0 or less keeps the most probable token alone: it passes.
         share = ntl.maximum(top_p, 1e-30) * kept
-        if ((rows & 128) != 0) & (top_p < 1.0) & (bound > 0):
-            count = ntl.max(taken, 0)
-            if (count > 0) & (count <= capacity):
-                token = draw_nucleus(survivors[0], count, top, inverse, top_p, random, capacity)
-                accepted = True
+        if capacity > 0:  # noqa: SIM102 (a constexpr: the step "nucleus" only)
+            if ((rows & 128) != 0) & (top_p < 1.0) & (bound > 0):
+                count = ntl.max(taken, 0)
+                if (count > 0) & (count <= capacity):
+                    token = draw_nucleus(survivors[0], count, top, inverse, top_p, random, capacity)
+                    accepted = True
         while not accepted and round < 64:
             target = ntl.rand(random, round) * left
             if located and round == 0:
@@ -551,7 +559,8 @@ def application(
 
 def premake(ndim, dtype, step="rows", block_size=4096, capacity=1024):
     block = Tensor(0, constexpr=True, value=block_size)
-    room = Tensor(0, constexpr=True, value=capacity)
+    # The survivors' code is compiled in where `capacity` (a constexpr) is not 0.
+    room = Tensor(0, constexpr=True, value=capacity if step in ("survivors", "nucleus") else 0)
     logits = Tensor(2, dtype=dtype, other=float("-inf"))
     if step == "chunks":
         tensors = (
@@ -580,7 +589,7 @@ def premake(ndim, dtype, step="rows", block_size=4096, capacity=1024):
         )
         arrange = functools.partial(arrangement_digits, block_size=block_size)
         return arrange, application_digits, tensors
-    if step == "bounded":
+    if step in ("bounded", "survivors"):
         tensors = (
             logits,
             Tensor(1, dtype="fp32"),

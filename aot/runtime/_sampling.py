@@ -19,8 +19,8 @@ from ._reductions import built_value, chunk_size, chunks
 
 _launch = _C.launch
 _STEPS = check.groups("sampling", "step")
-_CHUNKS, _DIGITS, _BOUNDED, _ROWS = (
-    _STEPS.get((step,)) for step in ("chunks", "digits", "bounded", "rows")
+_CHUNKS, _DIGITS, _BOUNDED, _ROWS, _SURVIVING, _NUCLEUS = (
+    _STEPS.get((step,)) for step in ("chunks", "digits", "bounded", "rows", "survivors", "nucleus")
 )
 # kernels/sampling.py's bits of the rows step: find the bounds and stop; read them;
 # top-k's first two bytes counted by the chunk steps; top-p over the survivors of a
@@ -30,6 +30,10 @@ _FIND_BOUNDS, _BOUNDS_FOUND, _HISTOGRAMS, _SURVIVORS = 16, 32, 64, 128
 # beside one program a row's two passes); past it every program reads the row's
 # histograms (C * 1 KB each), and the rows fill the GPU by themselves.
 _SPLIT_ROWS = 64
+# Rows up to which top-p after a bound takes it over the bound's survivors (the steps
+# "survivors" and "nucleus"): past them the survivors' bounded step (2.5x the
+# registers) and the sorts cost more than the rejection rounds save.
+_SURVIVOR_ROWS = 64
 EXPORTS = ("sample",)
 _LOGITS = (torch.float16, torch.bfloat16, torch.float32)
 # kernels/sampling.py's bits: the parameters given as tensors.
@@ -188,7 +192,7 @@ def sampling(logits, seeds, temperatures=None, top_ks=None, top_ps=None, min_ps=
     else:
         leading = second = spare.view(torch.int32)[:1].expand(rows, size)
     capacity = built_value("sampling", "capacity") or 1
-    if bounded and (flags & _TOP_P or numbers[2] < 1):
+    if bounded and (flags & _TOP_P or numbers[2] < 1) and rows <= _SURVIVOR_ROWS:
         flags |= _SURVIVORS
         survivors = torch.empty(rows, capacity, dtype=torch.int64, device=device)
         taken = torch.empty(rows, dtype=torch.int64, device=device)
@@ -204,13 +208,14 @@ def sampling(logits, seeds, temperatures=None, top_ks=None, top_ps=None, min_ps=
     # it, a chunk step sums each chunk's mass above it (and leaves its survivors for
     # top-p), and the draw reads one tile (else two passes over the row, in one
     # program).
+    step = _NUCLEUS if flags & _SURVIVORS else _ROWS
     if bounded:
         arguments = (logits, *tensors, seeds, peaks, firsts, masses, *counts, *numbers)
-        _launch(_ROWS, *arguments, flags | _FIND_BOUNDS)
+        _launch(step, *arguments, flags | _FIND_BOUNDS)
         masses = chunk_kept(logits, tensors[0], bounds, peaks, numbers[0], flags, survivors, taken)
         flags |= _BOUNDS_FOUND
     arguments = (logits, *tensors, seeds, peaks, firsts, masses, *counts, *numbers)
-    _launch(_ROWS, *arguments, flags)
+    _launch(step, *arguments, flags)
     return output
 
 
@@ -231,9 +236,9 @@ def chunk_kept(logits, temperatures, bounds, peaks, temperature, flags, survivor
     """The bounded step (kernels/sampling.py): for each chunk of each row, the sum of
     exp((x - its maximum) / temperature) over its logits whose keys are at least the
     row's bound (`bounds`, int64 keys; `peaks` the chunks' maxima); (rows, chunks).
-    With flag 128, those logits into `survivors` (rows, capacity), counted in `taken`
-    (rows,), which must hold 0."""
+    With flag 128 (the build "survivors"), those logits into `survivors` (rows,
+    capacity), counted in `taken` (rows,), which must hold 0."""
     kept = torch.empty_like(peaks)
     arguments = (logits, temperatures, bounds, peaks, kept, survivors, taken, temperature)
-    _launch(_BOUNDED, *arguments, flags)
+    _launch(_SURVIVING if flags & _SURVIVORS else _BOUNDED, *arguments, flags)
     return kept

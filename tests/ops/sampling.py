@@ -28,7 +28,8 @@ def num_tensors(variant):
     # bounded: logits, temperatures, bounds, peaks, kept; rows: also bounds, before output
     # digits: logits, top_ks, peaks, leading, second; chunks and rows: also leading
     # (and second) before bounds; bounded and rows: survivors and taken last
-    return {"chunks": 6, "digits": 5, "bounded": 7, "rows": 15}[variant["switches"]["step"]]
+    sizes = {"chunks": 6, "digits": 5, "bounded": 7, "rows": 15, "survivors": 7, "nucleus": 15}
+    return sizes[variant["switches"]["step"]]
 
 
 def distinct(rows, vocabulary, dtype, device="cuda"):
@@ -125,9 +126,11 @@ def digits_reference(logits, ks, size):
 
 def run(nt, variant, spec, dtype, bucket):
     """The chunks step: its results for 3 rows of 10000 logits (3 chunks; a NaN in one),
-    against `chunk_reference`. The rows step: three calls with one answer each, every
+    against `chunk_reference`; the bounded steps' against `kept_reference` (and
+    `survivors_reference`). The rows steps: four calls with one answer each, every
     tensor laid out as the kernel `spec` takes it: greedy rows, top-p 1e-9 (a draw, then
-    rejections down to the argmax) and min-p 1. 3 rows, 16 for aligned specs (sizes
+    rejections down to the argmax), min-p 1, and top-k 2 with top-p 1e-9 (the
+    "nucleus" step's draw over the survivors). 3 rows, 16 for aligned specs (sizes
     divisible by 16), 2 for 64-bit ones (strided() sets the outermost dim 2^31 apart)."""
     import importlib
 
@@ -164,18 +167,22 @@ def run(nt, variant, spec, dtype, bucket):
         found = torch.empty(counts, dtype=torch.int32, device=logits.device)
         module._launch(module._DIGITS, logits, top_ks, peaks, leading, found, 0, 2 | 64)
         return found, second
-    if step == "bounded":  # bounds: each row's 100th largest key, 0 (none) for the last
+    if step in ("bounded", "survivors"):  # bounds: each row's 100th largest key, 0 for the last
         temperatures = laid_out(1, (rows,), torch.float32, torch.full((rows,), 0.7))
         wanted = keys(logits).sort(-1, descending=True).values[:, 99]
         wanted[-1] = 0
         bounds = laid_out(2, (rows,), torch.int64, wanted)
         peaks = chunk_reference(logits, 0.7, size)[0]
-        # the survivors too (128): the rows with a bound leave their 100 (and ties)
         capacity = importlib.import_module(f"{nt.__name__}._reductions").built_value(
             "sampling", "capacity"
         )
         survivors = torch.empty(rows, capacity, dtype=torch.int64, device=logits.device)
         taken = torch.zeros(rows, dtype=torch.int64, device=logits.device)
+        kept = kept_reference(logits, 0.7, bounds, peaks, size)
+        if step == "bounded":  # the mass alone: nothing taken
+            found = module.chunk_kept(logits, temperatures, bounds, peaks, 1.0, 1, survivors, taken)
+            return (found, taken), (kept, torch.zeros_like(taken))
+        # the survivors too (128): the rows with a bound leave their 100 (and ties)
         arguments = (logits, temperatures, bounds, peaks, 1.0, 1 | 128, survivors, taken)
         found = module.chunk_kept(*arguments)
         ordered, counts = survivors_reference(logits, bounds)
@@ -183,8 +190,7 @@ def run(nt, variant, spec, dtype, bucket):
         lowest = torch.iinfo(torch.int64).min
         got = torch.where(left, survivors[:-1], lowest).sort(-1, descending=True).values
         counts[-1] = 0  # a row without a bound leaves nothing
-        expected = (kept_reference(logits, 0.7, bounds, peaks, size), ordered[:-1, :capacity])
-        return (found, got, taken), (*expected, counts)
+        return (found, got, taken), (kept, ordered[:-1, :capacity], counts)
     answers = []
     calls = ((0.0, 0, 1.0, 0.0), (1.0, 0, 1e-9, 0.0), (0.7, 0, 1.0, 1.0), (1.0, 2, 1e-9, 0.0))
     for temperature, top_k, top_p, min_p in calls:
@@ -201,10 +207,10 @@ def run(nt, variant, spec, dtype, bucket):
 
 
 def check(result, expected, variant, dtype):
-    if variant["switches"]["step"] == "bounded":  # kept, survivors, taken
+    if variant["switches"]["step"] in ("bounded", "survivors"):  # kept, [survivors,] taken
         torch.testing.assert_close(result[0], expected[0], rtol=1e-5, atol=0)
-        torch.testing.assert_close(result[1], expected[1], rtol=0, atol=0)
-        torch.testing.assert_close(result[2], expected[2], rtol=0, atol=0)
+        for found, wanted in zip(result[1:], expected[1:], strict=True):
+            torch.testing.assert_close(found, wanted, rtol=0, atol=0)
         return
     if isinstance(result, tuple):  # the chunks step's peaks, firsts, masses, histograms
         torch.testing.assert_close(result[0], expected[0], rtol=0, atol=0, equal_nan=True)
@@ -337,7 +343,7 @@ def _runtime(make, size):
         premake=sampling.premake,
     )
     configured.registry = {"sampling": types.SimpleNamespace(module=module)}
-    steps = ("chunks", "digits", "bounded", "rows")
+    steps = ("chunks", "digits", "bounded", "rows", "survivors", "nucleus")
     groups = {"sampling": {step: {"step": step} for step in steps}}
     return load(configured, "_sampling", groups)
 
