@@ -4,6 +4,8 @@ over 10^5 draws at a small vocabulary and at Llama-3's 128256), greedy rows exac
 reproducibility under torch.manual_seed and a torch.Generator, fresh draws on each
 replay of a CUDA graph, torch.compile, and bad input refused before any launch."""
 
+import importlib
+
 import pytest
 import torch
 
@@ -50,6 +52,33 @@ def test_draws_follow_the_filtered_distribution(nt, dtype, vocabulary, filters):
     assert tokens.dtype == torch.int64
     chances = _chances(row[None], *filters)[0]
     assert chi_square_p(tokens, chances) > 1e-4
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("survivors", [True, False], ids=["survivors", "rounds"])
+@pytest.mark.parametrize(
+    "filters",
+    # top-k's 30 and 1000, min-p's 60 or so, min-p's 5000 (more than the buffer's 1024:
+    # the rounds after all)
+    [
+        (0.8, 30, 0.85, None),
+        (1.0, 1000, 0.95, None),
+        (1.2, None, 0.7, 0.02),
+        (1.0, None, 0.9, 1e-4),
+    ],
+    ids=str,
+)
+def test_top_p_after_a_bound_either_way(nt, monkeypatch, dtype, survivors, filters):
+    """Top-p after top-k or min-p over the bound's survivors (sorted, the build
+    "nucleus") and by rejection rounds (the build "rows"), whichever the runtime would
+    take at these rows (`over_survivors`): the same distribution at 128256 logits."""
+    runtime = importlib.import_module(f"{nt.__name__}._sampling")
+    monkeypatch.setattr(runtime, "over_survivors", lambda logits, selecting: survivors)
+    torch.manual_seed(2)
+    draws, vocabulary = 100_000, 128256
+    row = (torch.randn(vocabulary, device="cuda") * 4.0).to(dtype)
+    tokens = nt.sample(row.expand(draws, vocabulary), *filters)
+    assert chi_square_p(tokens, _chances(row[None], *filters)[0]) > 1e-4
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

@@ -191,17 +191,26 @@ def run(nt, variant, spec, dtype, bucket):
         got = torch.where(left, survivors[:-1], lowest).sort(-1, descending=True).values
         counts[-1] = 0  # a row without a bound leaves nothing
         return (found, got, taken), (kept, ordered[:-1, :capacity], counts)
-    answers = []
     calls = ((0.0, 0, 1.0, 0.0), (1.0, 0, 1e-9, 0.0), (0.7, 0, 1.0, 1.0), (1.0, 2, 1e-9, 0.0))
-    for temperature, top_k, top_p, min_p in calls:
-        per_row = [
-            laid_out(1, (rows,), torch.float32, torch.full((rows,), temperature)),
-            laid_out(2, (rows,), torch.int32, torch.full((rows,), top_k, dtype=torch.int32)),
-            laid_out(3, (rows,), torch.float32, torch.full((rows,), top_p)),
-            laid_out(4, (rows,), torch.float32, torch.full((rows,), min_p)),
-        ]
-        seeds = laid_out(5, (rows,), torch.int64, torch.arange(rows) * 7919 + 1)
-        answers.append(nt.sampling(logits, seeds, *per_row))
+    answers = []
+    # Every parameter a tensor: each call has a bound and top-p, which take the
+    # "nucleus" step where the runtime finds it pays (`over_survivors`): the "rows"
+    # step's calls are told it does not.
+    chooses = module.over_survivors
+    if step == "rows":
+        module.over_survivors = lambda logits, selecting: False
+    try:
+        for temperature, top_k, top_p, min_p in calls:
+            per_row = [
+                laid_out(1, (rows,), torch.float32, torch.full((rows,), temperature)),
+                laid_out(2, (rows,), torch.int32, torch.full((rows,), top_k, dtype=torch.int32)),
+                laid_out(3, (rows,), torch.float32, torch.full((rows,), top_p)),
+                laid_out(4, (rows,), torch.float32, torch.full((rows,), min_p)),
+            ]
+            seeds = laid_out(5, (rows,), torch.int64, torch.arange(rows) * 7919 + 1)
+            answers.append(nt.sampling(logits, seeds, *per_row))
+    finally:
+        module.over_survivors = chooses
     expected = logits.float().argmax(-1)
     return torch.stack(answers), torch.stack([expected] * len(calls))
 
@@ -283,7 +292,8 @@ def interpreted(make):
     `probabilities`: no token outside the filtered support, and a chi-square p-value
     above 1e-4 (the seeds are fixed, so it fails never or always; the GPU suite draws
     10^5 and more); top-p over a bound's survivors (capacity 16: top-k with top-p, and
-    the rejection rounds where min-p's survivors pass it). The interpreter takes about
+    the rejection rounds where min-p's survivors pass it), and top-k with top-p by the
+    rounds. The interpreter takes about
     0.2 s a row here."""
     module = references()
     for dtype, size in ((torch.float32, 64), (torch.bfloat16, 64), (torch.float32, 2)):
@@ -322,6 +332,11 @@ def interpreted(make):
             bounded = module.probabilities(logits[:1], temperature=t, min_p=options["min_p"])
             assert int((bounded > 0).sum()) > 16, bounded
         assert chi_square_p(drawn, chances) > 1e-4, (options, drawn, chances)
+    # Top-p after top-k by the rounds, where the runtime finds the survivors do not pay.
+    nt.over_survivors = lambda logits, selecting: False
+    drawn = nt.sampling(logits[:60], seeds[:60], temperature=t, top_k=5, top_p=0.7)
+    chances = module.probabilities(logits[:1], temperature=t, top_k=5, top_p=0.7)[0]
+    assert chi_square_p(drawn, chances) > 1e-4, (drawn, chances)
 
 
 def _runtime(make, size):
