@@ -162,22 +162,54 @@ def fbgemm(model, ub=1200.0):
     return model
 
 
-def fbgemm_dense(model):
-    """A float32 copy of an `fbgemm` model with nn.Linears of its FP8 weights times
-    their scales."""
+def compressed(model, strategy="channel"):
+    """`model` as a compressed-tensors FP8 checkpoint loads with
+    `use_optimized_inference=True`: every nn.Linear but the head made
+    CompressedTensorsFP8Linear, its weight quantized as llm-compressor's FP8 schemes do
+    (float8_e4m3fn; scale amax / 448 per output feature, "channel", or one for the
+    weight, "tensor"), the scale laid out as transformers' loader leaves it ((1, out),
+    a tensor's spread). Built on the linears' device, in place; returns the model."""
+    from transformers.integrations import compressed_tensors
+
+    for name, linear in list(model.named_modules()):
+        if type(linear) is not torch.nn.Linear or name == "lm_head":
+            continue
+        with torch.device(linear.weight.device):
+            quantized = compressed_tensors.CompressedTensorsFP8Linear(
+                linear.in_features, linear.out_features, linear.bias is not None
+            )
+        weight = linear.weight.detach().float()
+        largest = weight.abs().amax(1, keepdim=True)
+        if strategy == "tensor":
+            largest = largest.amax().expand_as(largest)
+        scale = largest.clamp(min=1e-12) / 448.0
+        values = (weight / scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+        quantized.weight = torch.nn.Parameter(values, requires_grad=False)
+        quantized.weight_scale = torch.nn.Parameter(scale.reshape(1, -1), requires_grad=False)
+        if linear.bias is not None:  # in the model's dtype, as loading casts it
+            quantized.bias = torch.nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
+        quantized.requires_grad_(False)
+        model.set_submodule(name, quantized)
+    return model
+
+
+def fp8_dense(model):
+    """A float32 copy of an `fbgemm` or `compressed` model with nn.Linears of its FP8
+    weights times their scales (one per output feature)."""
     import copy
 
-    from transformers.integrations import fbgemm_fp8
+    from transformers.integrations import compressed_tensors, fbgemm_fp8
 
+    kinds = (fbgemm_fp8.FbgemmFp8Linear, compressed_tensors.CompressedTensorsFP8Linear)
     copied = copy.deepcopy(model)
     for name, module in list(copied.named_modules()):
-        if type(module) is not fbgemm_fp8.FbgemmFp8Linear:
+        if type(module) not in kinds:
             continue
         with torch.device(module.weight.device):
             linear = torch.nn.Linear(
                 module.in_features, module.out_features, module.bias is not None
             )
-        weight = module.weight.float() * module.weight_scale.float()
+        weight = module.weight.float() * module.weight_scale.float().reshape(-1, 1)
         linear.weight = torch.nn.Parameter(weight, requires_grad=False)
         if module.bias is not None:
             linear.bias = torch.nn.Parameter(module.bias.float(), requires_grad=False)

@@ -7,6 +7,7 @@ attention in float32 or under a mask) is asserted by its one warning, so a part 
 silently stopped being served fails too. Skipped where transformers is not installed
 (.device/tf.sh installs it on the device machine)."""
 
+import importlib
 import warnings
 
 import pytest
@@ -322,14 +323,14 @@ def test_fbgemm_checkpoint_logits_near_its_weights_float32_products(ntt, family)
     token's activations bounded at 1200): logits within FP8_BOUND of float32 products of
     the same quantized weights. Stock needs fbgemm_gpu's kernels, which this machine
     does not have: not compared."""
-    from tests.hf_models import fbgemm, fbgemm_dense
+    from tests.hf_models import fbgemm, fp8_dense
 
     fp8_device()
     ids, mask = prompts(padding=3, device="cuda")
     kept = mask.bool()
     model = fbgemm(tiny(family, dtype=torch.bfloat16, device="cuda"))
     with torch.no_grad():
-        want = fbgemm_dense(model)(ids, attention_mask=mask).logits
+        want = fp8_dense(model)(ids, attention_mask=mask).logits
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         patched = ntt.apply(model)
@@ -341,11 +342,46 @@ def test_fbgemm_checkpoint_logits_near_its_weights_float32_products(ntt, family)
     assert error < FP8_BOUND, error
 
 
-@pytest.mark.parametrize("checkpoint", ["fp8", "fbgemm"])
+@pytest.mark.parametrize("strategy", ["channel", "tensor"])
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_compressed_checkpoint_logits_near_stocks(ntt, family, strategy):
+    """compressed-tensors FP8 checkpoints (CompressedTensorsFP8Linear, loaded with
+    `use_optimized_inference=True`: a weight scale per output feature, per-token
+    activations): logits within FP8_BOUND of float32 products of the same quantized
+    weights, and within FP8_WORSE of stock's error (torch's scaled_mm, cuBLASLt)."""
+    from tests.hf_models import compressed, fp8_dense
+
+    fp8_device()
+    integration = importlib.import_module("transformers.integrations.compressed_tensors")
+    if not hasattr(integration, "CompressedTensorsFP8Linear"):
+        pytest.skip("this transformers has no CompressedTensorsFP8Linear (5.x's)")
+    ids, mask = prompts(padding=3, device="cuda")
+    kept = mask.bool()
+    model = compressed(tiny(family, dtype=torch.bfloat16, device="cuda"), strategy)
+    with torch.no_grad():
+        for module in model.modules():  # biases that are not 0 (transformers' init)
+            if type(module).__name__ == "CompressedTensorsFP8Linear" and module.bias is not None:
+                module.bias.normal_(0, 0.5)
+        want = fp8_dense(model)(ids, attention_mask=mask).logits
+        stock = model(ids, attention_mask=mask).logits
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        patched = ntt.apply(model)
+        with torch.no_grad():
+            ours = model(ids, attention_mask=mask).logits
+    assert fallbacks(ntt, caught) == []
+    assert len(patched.modules["compressed_fp8_linear"]) == 7 * model.config.num_hidden_layers
+    error, stock_error = relative(ours, want, kept), relative(stock, want, kept)
+    assert error < FP8_BOUND, error
+    assert error <= max(FP8_WORSE * stock_error, FLOOR), (error, stock_error)
+
+
+@pytest.mark.parametrize("checkpoint", ["fp8", "fbgemm", "compressed"])
 def test_fp8_checkpoint_under_torch_compile_gives_eagers_tokens(ntt, checkpoint):
     """FP8 products in a fullgraph Dynamo graph (static cache): the tokens the same
     model gives eagerly. FP8Linear's blocks over float32 activations; FbgemmFp8Linear's
-    (its bound a number, read at `apply`) over bf16 ones, its products' dtype."""
+    (its bound a number, read at `apply`) over bf16 ones, its products' dtype; and
+    CompressedTensorsFP8Linear's over bf16 ones."""
     from transformers import CompileConfig
 
     from tests import hf_models
@@ -355,8 +391,10 @@ def test_fp8_checkpoint_under_torch_compile_gives_eagers_tokens(ntt, checkpoint)
     ids, mask = prompts(padding=0, device="cuda")
     if checkpoint == "fp8":
         model = hf_models.fp8(tiny("llama", device="cuda"))
-    else:
+    elif checkpoint == "fbgemm":
         model = hf_models.fbgemm(tiny("llama", dtype=torch.bfloat16, device="cuda"))
+    else:
+        model = hf_models.compressed(tiny("llama", dtype=torch.bfloat16, device="cuda"))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         ntt.apply(model)

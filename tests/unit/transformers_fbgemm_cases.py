@@ -13,7 +13,7 @@ from transformers.integrations import fbgemm_fp8
 
 import ntops_prebuilt.integrations.transformers as ntt
 from ntops_prebuilt._fp8_reference import scaled_reference
-from tests.hf_models import fbgemm, fbgemm_dense, prompts, tiny
+from tests.hf_models import fbgemm, fp8_dense, prompts, tiny
 from tests.unit.transformers_fixtures import fallbacks, logits, relative
 
 LAYER_LINEARS = 7  # q, k, v, o, gate, up, down
@@ -29,7 +29,7 @@ BOUND = 0.08
 def test_fbgemm_linears_run_the_wheels_row_wise_products(family, served_by_references):
     model = fbgemm(tiny(family, dtype=torch.bfloat16))
     ids, mask = prompts()
-    want = logits(fbgemm_dense(model), ids, mask)
+    want = logits(fp8_dense(model), ids, mask)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         patched = ntt.apply(model)

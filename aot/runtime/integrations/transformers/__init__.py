@@ -68,6 +68,7 @@ OPS = {
     "linear": ("mm", "addmm"),
     "fp8_linear": (),  # its weight layout's (_layers.FP8_OPS)
     "fbgemm_fp8_linear": ("scaled_fp8_quant", "scaled_mm"),
+    "compressed_fp8_linear": ("scaled_fp8_quant", "scaled_mm"),
     "rotary": ("rotary_position_embedding",),
     "self_attention": ("rotary_position_embedding",),  # and a product (`_fits`)
 }
@@ -141,7 +142,7 @@ def apply(model, *, attention=True, norms=True, rotary=True, mlp=True, linear=Tr
     if attention:
         _use_attention(model, patched, device=_device(model))
     wanted = {"norm": norms, "mlp": mlp, "linear": linear, "rotary": rotary}
-    wanted |= {"fp8_linear": linear, "fbgemm_fp8_linear": linear}
+    wanted |= {"fp8_linear": linear, "fbgemm_fp8_linear": linear, "compressed_fp8_linear": linear}
     # The attention modules' own forward, over fused projections, where the attention,
     # the rotation and the products are all the wheel's.
     wanted["self_attention"] = "attention" in patched.modules and rotary and linear
@@ -174,6 +175,8 @@ def _forward(kind, module, served, offset, patched, fuse):
         return _layers.fp8_linear(module, original, served)
     if kind == "fbgemm_fp8_linear":
         return _layers.fbgemm_fp8_linear(module, original, served)
+    if kind == "compressed_fp8_linear":
+        return _layers.compressed_fp8_linear(module, original, served)
     if kind == "rotary":
         _install_rotary(sys.modules[type(module).__module__], served)
         return _layers.half_tables(original)
@@ -231,8 +234,8 @@ def _family(model):
 
 def _kind(module, prefix):
     """Which of OPS' kinds `module` is, by its class (the family's own, nn.Linear, or
-    transformers' FP8Linear of finegrained FP8 checkpoints and FbgemmFp8Linear of FBGEMM
-    FP8 ones)."""
+    transformers' FP8Linear of finegrained FP8 checkpoints, FbgemmFp8Linear of FBGEMM
+    FP8 ones and CompressedTensorsFP8Linear of compressed-tensors FP8 ones)."""
     if type(module) is torch.nn.Linear:
         return "linear"
     name, where = type(module).__name__, type(module).__module__
@@ -240,6 +243,8 @@ def _kind(module, prefix):
         return "fp8_linear"
     if name == "FbgemmFp8Linear" and where.endswith("integrations.fbgemm_fp8"):
         return "fbgemm_fp8_linear"
+    if name == "CompressedTensorsFP8Linear" and where.endswith("integrations.compressed_tensors"):
+        return "compressed_fp8_linear"
     suffixes = (
         ("norm", "RMSNorm"), ("mlp", "MLP"), ("rotary", "RotaryEmbedding"),
         ("self_attention", "Attention"),

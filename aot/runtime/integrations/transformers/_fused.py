@@ -3,10 +3,11 @@ its MLP's gate and up projections. Their weights become row blocks of one matrix
 of a new storage, no second copy: the parameters stay the model's, their storage is
 shared), and the product is one launch of the wheel's mm (addmm with biases) where
 there were two or three. FP8 checkpoints' linears fuse the same way, their weight
-scales with their weights: FbgemmFp8Linear's (a scale per output feature: one
-per-token quantization and one row-wise scaled_mm where there were three of each) and
-FP8Linear's of 128 x 128 blocks (one per_token_group_quant_fp8 and one
-w8a8_block_fp8_matmul), where every projection's out_features is a multiple of 128.
+scales with their weights: FbgemmFp8Linear's and CompressedTensorsFP8Linear's (a scale
+per output feature: one per-token quantization and one row-wise scaled_mm where there
+were three of each) and FP8Linear's of 128 x 128 blocks (one per_token_group_quant_fp8
+and one w8a8_block_fp8_matmul), where every projection's out_features is a multiple of
+128.
 
 Why: a decode step's products are memory-bound, and Llama-3-8B's k and v projections
 (4096 -> 1024) are too narrow to give 132 multiprocessors work; the wheel's products are
@@ -69,9 +70,10 @@ class Fused:
     @staticmethod
     def fits(linears):
         """Whether `linears` can be fused: of one kind (plain nn.Linears, FbgemmFp8Linears
-        of one activation bound, or FP8Linears of 128 x 128 blocks with dynamic
-        activations), none with a hook that would be skipped (accelerate's offloading, a
-        user's), of one input size, dtype and device, all with biases or none."""
+        of one activation bound, CompressedTensorsFP8Linears, or FP8Linears of 128 x 128
+        blocks with dynamic activations), none with a hook that would be skipped
+        (accelerate's offloading, a user's), of one input size, dtype and device, all
+        with biases or none."""
         first = linears[0]
         kind = _kind(first)
         if kind is None:
@@ -93,7 +95,7 @@ class Fused:
     def ops(linears):
         """The wheel's ops the product of `linears` launches."""
         kind = _kind(linears[0])
-        if kind == "rows":
+        if kind in ("rows", "compressed"):
             return ("scaled_fp8_quant", "scaled_mm")
         if kind == "blocks":
             return ("per_token_group_quant_fp8", "w8a8_block_fp8_matmul")
@@ -116,11 +118,13 @@ class Fused:
         """The linears' weights (biases, scales) one after another in the owner's
         buffers, and each parameter's data made its rows of them."""
         scales = [_scale_of(linear, self.kind) for linear in self.linears]
+        # CompressedTensorsFP8Linear's scales are (1, out): side by side
+        along = 1 if self.kind == "compressed" else 0
         with torch.no_grad():
             weight = torch.cat([linear.weight for linear in self.linears])
             biases = [linear.bias for linear in self.linears]
             bias = None if biases[0] is None else torch.cat(biases)
-            scale = None if scales[0] is None else torch.cat(scales)
+            scale = None if scales[0] is None else torch.cat(scales, along)
         self.owner.register_buffer(_WEIGHT, weight, persistent=False)
         self.owner.register_buffer(_BIAS, bias, persistent=False)
         self.owner.register_buffer(_SCALE, scale, persistent=False)
@@ -133,7 +137,7 @@ class Fused:
                 linear.bias.data = bias[rows]
             if scale is not None:
                 scales = slice(rows.start // per_scale, rows.stop // per_scale)
-                _scale_of(linear, self.kind).data = scale[scales]
+                _scale_of(linear, self.kind).data = scale[:, scales] if along else scale[scales]
             start = rows.stop
             self._pointers.append(linear.weight.data_ptr())
 
@@ -165,9 +169,10 @@ class Fused:
     def __call__(self, x):
         """The linears' outputs side by side, (rows of x, sum of sizes): x's leading
         dims as rows, the product of the weight as stored (a transposed view); FP8 ones
-        as each linear's served forward computes it (_layers.fp8_linear and
-        fbgemm_fp8_linear): activations quantized per token (and group of 128 for
-        blocks), the bias added after."""
+        as each linear's served forward computes it (_layers.fp8_linear,
+        fbgemm_fp8_linear and compressed_fp8_linear): activations quantized per token
+        (and group of 128 for blocks), the bias added after (by the product where
+        CompressedTensorsFP8Linear's is of x's dtype, as stock's)."""
         rows = x.reshape(-1, x.shape[-1])
         if self.kind == "dense":
             if self.bias is None:
@@ -175,17 +180,24 @@ class Fused:
             return nt.addmm(self.bias, rows, self.weight.t())
         if self.kind == "rows":
             out = rows_product(rows, self.weight, self.scale, self.bound)
+        elif self.kind == "compressed":
+            bias = self.bias
+            if bias is None or bias.dtype == x.dtype:
+                return rows_product(rows, self.weight, self.scale, None, x.dtype, bias)
+            out = rows_product(rows, self.weight, self.scale, None, x.dtype)
         else:
             out = blocks_product(rows, self.weight, self.scale, x.dtype)
         return out if self.bias is None else out + self.bias
 
 
-def rows_product(rows, weight, scale, bound):
-    """FbgemmFp8Linear's product of 2-dim `rows`: each token quantized with its largest
-    magnitude held at `bound`, then the product scaled by token and by output feature
-    (`scale`, (out, 1)), in bf16 as FBGEMM's f8f8bf16_rowwise gives it; no bias."""
+def rows_product(rows, weight, scale, bound, dtype=torch.bfloat16, bias=None):
+    """The row-wise FP8 product of 2-dim `rows`: each token quantized with its largest
+    magnitude (held at `bound`, where one is given), then the product scaled by token
+    and by output feature (`scale`, one a feature), in `dtype` (FbgemmFp8Linear's: bf16,
+    as FBGEMM's f8f8bf16_rowwise gives it; CompressedTensorsFP8Linear's: the
+    activations'), `bias` (of `dtype`) added by the product."""
     values, scales = nt.scaled_fp8_quant(rows, use_per_token_if_dynamic=True, scale_ub=bound)
-    return nt.scaled_mm(values, weight.t(), scales, scale.view(1, -1), out_dtype=torch.bfloat16)
+    return nt.scaled_mm(values, weight.t(), scales, scale.view(1, -1), bias=bias, out_dtype=dtype)
 
 
 def blocks_product(rows, weight, scale_inv, dtype):
@@ -201,7 +213,7 @@ def blocks_product(rows, weight, scale_inv, dtype):
 # The fused weight's, bias's and weight scale's names among the owner's buffers.
 _WEIGHT, _BIAS, _SCALE = "ntops_fused_weight", "ntops_fused_bias", "ntops_fused_scale"
 # The FP8 kinds' weight scale parameters.
-_SCALES = {"rows": "weight_scale", "blocks": "weight_scale_inv"}
+_SCALES = {"rows": "weight_scale", "compressed": "weight_scale", "blocks": "weight_scale_inv"}
 
 
 def _scale_of(linear, kind):
@@ -211,7 +223,8 @@ def _scale_of(linear, kind):
 
 def _kind(linear):
     """How `linear` fuses: "dense" (a plain nn.Linear), "rows" (an FbgemmFp8Linear of
-    float8_e4m3fn weights and a float32 scale per output feature), "blocks" (an
+    float8_e4m3fn weights and a float32 scale per output feature, (out, 1)),
+    "compressed" (a CompressedTensorsFP8Linear of the same, (1, out)), "blocks" (an
     FP8Linear of float8_e4m3fn weights, float32 scales of 128 x 128 blocks, out_features
     a multiple of 128, dynamic activations), or None: not fused."""
     if type(linear) is torch.nn.Linear:
@@ -223,6 +236,11 @@ def _kind(linear):
         scale = linear.weight_scale
         if scale.dtype == torch.float32 and tuple(scale.shape) == (linear.out_features, 1):
             return "rows"
+        return None
+    if name == "CompressedTensorsFP8Linear" and where.endswith("integrations.compressed_tensors"):
+        scale = linear.weight_scale
+        if scale.dtype == torch.float32 and tuple(scale.shape) == (1, linear.out_features):
+            return "compressed"
         return None
     if name == "FP8Linear" and where.endswith("integrations.finegrained_fp8"):
         blocks = getattr(linear, "block_size", None)

@@ -261,6 +261,52 @@ def _fbgemm_refusal(module, served, x, bound):
     return None
 
 
+def compressed_fp8_linear(module, original, served):
+    """transformers' CompressedTensorsFP8Linear (compressed-tensors FP8 checkpoints, the
+    W8A8 "float" schemes, loaded with `use_optimized_inference=True`): float8_e4m3fn
+    weights (nn.Linear's layout) with a float32 scale per output feature (`weight_scale`,
+    (1, out): a per-tensor scale spread at load); activations quantized per token,
+    dynamically, whatever the checkpoint's activation scheme, as stock does; then the
+    row-wise scaled product in the activations' dtype, the bias added by it
+    (`_fused.rows_product`). Stock runs torch's scaled_mm: cuBLASLt's FP8 kernels."""
+    what = "CompressedTensorsFP8Linear"
+
+    def forward(x):
+        why = _compressed_refusal(module, served, x)
+        if why is not None:
+            fall_back(what, why)
+            return original(x)
+        rows = x.reshape(-1, x.shape[-1])
+        weight, scale, bias = module.weight, module.weight_scale, module.bias
+        if bias is None or bias.dtype == x.dtype:
+            out = rows_product(rows, weight, scale, None, x.dtype, bias)
+        else:
+            out = rows_product(rows, weight, scale, None, x.dtype) + bias
+        return out.view(*x.shape[:-1], out.shape[-1])
+
+    return forward
+
+
+def _compressed_refusal(module, served, x):
+    """Why the wheel cannot run this CompressedTensorsFP8Linear call, or None."""
+    why = served.refusal("scaled_fp8_quant", x)
+    if why is not None:
+        return why
+    weight, scales = module.weight, module.weight_scale
+    if weight.dtype != torch.float8_e4m3fn:
+        return f"{weight.dtype} weights (the wheel's FP8 products take float8_e4m3fn)"
+    if scales.dtype != torch.float32 or scales.numel() != weight.shape[0]:
+        return (
+            f"weight scales of {scales.dtype} and shape {list(scales.shape)} (the wheel's "
+            "row-wise products take one float32 scale per output feature)"
+        )
+    if weight.device != x.device or scales.device != x.device:
+        return "weights on another device than the input"
+    if weight.shape[0] % 16 or weight.shape[1] % 16:
+        return f"a weight of {list(weight.shape)} (the FP8 products take multiples of 16)"
+    return None
+
+
 def half_tables(original):
     """A rotary embedding's forward returning the first halves of its tables, (batch or
     1, seq, head_dim / 2): the wheel's rotation reads those, and the families' tables
