@@ -169,3 +169,42 @@ def test_what_the_wheel_cannot_serve_runs_the_linears_own_forward(
     assert fallbacks(caught) == [message]
     assert len(own) == 1
     assert served_by_references["scaled_mm"] == 2 * LAYER_PRODUCTS - 1
+
+
+def test_compressed_tensors_own_quantized_forward_is_kept(served_by_references):
+    """A compressed-tensors checkpoint loaded the default way keeps nn.Linears whose
+    forward compressed-tensors replaced on the instance (quantize-dequantize of the
+    activations per token and of the weights, FP8_DYNAMIC here): `apply` keeps them,
+    with one warning, and serves the rest; the logits are stock's."""
+    from compressed_tensors.quantization import (
+        QuantizationConfig,
+        apply_quantization_config,
+        preset_name_to_scheme,
+    )
+
+    model = tiny("llama")
+    scheme = preset_name_to_scheme("FP8_DYNAMIC", ["Linear"])
+    config = QuantizationConfig(config_groups={"group_0": scheme}, ignore=["lm_head"])
+    apply_quantization_config(model, config)
+    with torch.no_grad():  # the checkpoint's scales: a float32 one per output feature
+        for module in model.modules():
+            if hasattr(module, "weight_scale"):
+                largest = module.weight.abs().amax(1, keepdim=True)
+                module.weight_scale.copy_(largest.to(module.weight_scale.dtype) / 448.0)
+    ids, mask = prompts()
+    want = logits(model, ids, mask)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        patched = ntt.apply(model)
+        got = logits(model, ids, mask)
+    theirs = "compressed_tensors.quantization.lifecycle.forward.set_forward_quantized"
+    assert fallbacks(caught) == [
+        f"ntops_prebuilt: nn.Linear runs transformers' own code: its forward is "
+        f"{theirs}.<locals>.quantized_forward, set on the module: kept"
+    ]
+    assert "linear" in patched.modules  # the head, which compressed-tensors left alone
+    assert patched.modules["linear"] == ["lm_head"]
+    assert "projections" not in patched.modules
+    assert served_by_references["rms_norm"] > 0
+    assert served_by_references["scaled_dot_product_attention"] > 0
+    torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-4)

@@ -121,3 +121,38 @@ def test_another_attn_implementation_after_apply_runs_transformers_forward(
     assert served_by_references["scaled_dot_product_attention"] == 0
     # q, k, v and o one by one, the MLP's fused: 6 a layer, and lm_head
     assert served_by_references["mm"] == 13
+
+
+def test_a_forward_another_library_set_on_a_module_is_kept(served_by_references):
+    """A forward set on a module instance by another library (compressed-tensors'
+    quantize-dequantize, accelerate's hooks): `apply` neither replaces it nor fuses the
+    module into its neighbours' product, and says so once; the rest is served."""
+    import types
+
+    model = tiny("llama")
+    ids, mask = prompts()
+    want = logits(model, ids, mask)
+    k_proj = model.model.layers[0].self_attn.k_proj
+    seen = []
+
+    def quantized_forward(self, x):  # another library's, calling the class's
+        seen.append(1)
+        return type(self).forward(self, x)
+
+    k_proj.forward = types.MethodType(quantized_forward, k_proj)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        patched = ntt.apply(model)
+        got = logits(model, ids, mask)
+    theirs = f"{__name__}.test_a_forward_another_library_set_on_a_module_is_kept.<locals>"
+    assert fallbacks(caught) == [
+        f"ntops_prebuilt: nn.Linear runs transformers' own code: its forward is "
+        f"{theirs}.quantized_forward, set on the module: kept"
+    ]
+    assert seen == [1]
+    assert "model.layers.0.self_attn.k_proj" not in patched.modules["linear"]
+    assert "model.layers.0.self_attn" not in patched.modules["projections"]
+    assert "model.layers.1.self_attn" in patched.modules["projections"]
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    patched.remove()
+    assert k_proj.forward.__func__ is quantized_forward

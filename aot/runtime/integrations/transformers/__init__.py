@@ -40,7 +40,7 @@ from packaging.version import Version
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from . import _attention, _batching, _layers, _self_attention
+from . import _attention, _batching, _fused, _layers, _self_attention
 from ._attention import NAME
 from ._batching import PAGED
 from ._fused import Fused
@@ -150,6 +150,10 @@ def apply(model, *, attention=True, norms=True, rotary=True, mlp=True, linear=Tr
         kind = _kind(module, family[0])
         if kind is None or not wanted[kind] or _replaced(module):
             continue
+        theirs = _fused.foreign_forward(module)
+        if theirs is not None:  # another library's forward: replacing it would drop it
+            fall_back(_what(kind, module), f"its forward is {theirs}, set on the module: kept")
+            continue
         if not _has_ops(served, kind, module):
             continue
         forward = _forward(kind, module, served, family[1], patched, fuse=linear)
@@ -255,9 +259,14 @@ def _kind(module, prefix):
     return None
 
 
+def _what(kind, module):
+    """What a warning about `module` of `kind` names."""
+    return "nn.Linear" if kind == "linear" else type(module).__name__
+
+
 def _has_ops(served, kind, module):
     """Whether the wheel has every op `kind` needs for `module`; if not, a warning."""
-    what = "nn.Linear" if kind == "linear" else type(module).__name__
+    what = _what(kind, module)
     ops = _layers.fp8_ops(module) if kind == "fp8_linear" else OPS[kind]
     if kind == "self_attention":  # its parts, served one by one, warn for themselves
         return all(served.missing(op) is None for op in ops)

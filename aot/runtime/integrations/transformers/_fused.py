@@ -270,4 +270,24 @@ def _weight(linear):
 
 
 def _hooked(module):
-    return bool(module._forward_hooks or module._forward_pre_hooks or hasattr(module, "_hf_hook"))
+    """Whether a call of `module` runs more than its class's forward: hooks (a user's,
+    accelerate's offloading) or a forward set on the instance by another library
+    (compressed-tensors' quantize-dequantize): a fused product would skip them."""
+    hooks = module._forward_hooks or module._forward_pre_hooks or hasattr(module, "_hf_hook")
+    return bool(hooks) or foreign_forward(module) is not None
+
+
+def foreign_forward(module):
+    """The name of a forward set on `module` itself by another library (compressed-
+    tensors' `quantized_forward`, accelerate's hooks), or None: none, or `apply`'s."""
+    forward = module.__dict__.get("forward")
+    if forward is None or getattr(forward, "ntops_prebuilt", False):
+        return None
+    function = getattr(forward, "__func__", forward)
+    code = getattr(function, "__code__", None)
+    if code is None:  # a callable object
+        return f"{type(function).__module__}.{type(function).__qualname__}"
+    # Where its code is, not what functools.wraps copied onto it (compressed-tensors'
+    # wraps nn.Linear.forward)
+    where = getattr(function, "__globals__", {}).get("__name__", "?")
+    return f"{where}.{getattr(code, 'co_qualname', code.co_name)}"
