@@ -73,19 +73,8 @@ def chunk_size(op, **switches):
     the build made them (their variants' configurations in the manifest): one for all
     of them, or the results would be sized for a kernel that is not the one launched.
     1 where none is built (the launch then says what the wheel lacks)."""
-    sizes = {
-        bucket["config"]["premake"]["block_size"] * bucket["config"]["premake"].get("blocks", 1)
-        for variant in manifest()["variants"]
-        if variant["op"] == op
-        and all(variant["switches"].get(name) == value for name, value in switches.items())
-        for bucket in variant["buckets"].values()
-    }
-    if len(sizes) > 1:
-        raise RuntimeError(
-            f"{op}: this wheel's kernels were built with chunks of {sorted(sizes)} elements; "
-            "the runtime sizes their results by one (its kernel file's CONFIG)"
-        )
-    return sizes.pop() if sizes else 1
+    sizes = _built(op, lambda premake: premake["block_size"] * premake.get("blocks", 1), switches)
+    return _one(op, "chunks of", sizes, 1)
 
 
 @functools.cache
@@ -93,19 +82,30 @@ def built_value(op, name, **switches):
     """The value of premake argument `name` of op `op`'s kernels (those of `switches`'
     values) as the build made them: one for all of them (as `chunk_size`); None where
     none is built."""
-    values = {
-        bucket["config"]["premake"][name]
+    return _one(op, name, _built(op, lambda premake: premake[name], switches), None)
+
+
+def _built(op, value, switches):
+    """`value` of each premake configuration op `op`'s kernels of `switches` were built
+    with (the manifest's), as a set."""
+    return {
+        value(bucket["config"]["premake"])
         for variant in manifest()["variants"]
         if variant["op"] == op
-        and all(variant["switches"].get(key) == value for key, value in switches.items())
+        and all(variant["switches"].get(key) == wanted for key, wanted in switches.items())
         for bucket in variant["buckets"].values()
     }
+
+
+def _one(op, what, values, default):
+    """The one value of `values`, `default` where there is none; several are an error:
+    the runtime sizes its buffers by one (the kernel file's CONFIG)."""
     if len(values) > 1:
         raise RuntimeError(
-            f"{op}: this wheel's kernels were built with {name} {sorted(values)}; the "
-            "runtime sizes their buffers by one (its kernel file's CONFIG)"
+            f"{op}: this wheel's kernels were built with {what} {sorted(values)}; the "
+            "runtime sizes its buffers by one (its kernel file's CONFIG)"
         )
-    return values.pop() if values else None
+    return values.pop() if values else default
 
 
 def chunks(n, size):

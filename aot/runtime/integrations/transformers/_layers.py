@@ -226,7 +226,7 @@ def fbgemm_fp8_linear(module, original, served):
     bound = activation_bound(module)
 
     def forward(x):
-        why = _fbgemm_refusal(module, served, x, bound)
+        why = _rows_refusal(module, served, x, bound)
         if why is not None:
             fall_back(what, why)
             return original(x)
@@ -239,8 +239,9 @@ def fbgemm_fp8_linear(module, original, served):
     return forward
 
 
-def _fbgemm_refusal(module, served, x, bound):
-    """Why the wheel cannot run this FbgemmFp8Linear call, or None."""
+def _rows_refusal(module, served, x, bound=None):
+    """Why the wheel cannot run this call of a row-wise FP8 linear (FbgemmFp8Linear's,
+    with its activation `bound`; CompressedTensorsFP8Linear's), or None."""
     why = served.refusal("scaled_fp8_quant", x)
     if why is not None:
         return why
@@ -254,7 +255,7 @@ def _fbgemm_refusal(module, served, x, bound):
         )
     if weight.device != x.device or scales.device != x.device:
         return "weights on another device than the input"
-    if not bound > 0:
+    if bound is not None and not bound > 0:
         return f"an activation bound of {bound} (input_scale_ub: not filled by the quantizer)"
     if weight.shape[0] % 16 or weight.shape[1] % 16:
         return f"a weight of {list(weight.shape)} (the FP8 products take multiples of 16)"
@@ -272,7 +273,7 @@ def compressed_fp8_linear(module, original, served):
     what = "CompressedTensorsFP8Linear"
 
     def forward(x):
-        why = _compressed_refusal(module, served, x)
+        why = _rows_refusal(module, served, x)
         if why is not None:
             fall_back(what, why)
             return original(x)
@@ -285,26 +286,6 @@ def compressed_fp8_linear(module, original, served):
         return out.view(*x.shape[:-1], out.shape[-1])
 
     return forward
-
-
-def _compressed_refusal(module, served, x):
-    """Why the wheel cannot run this CompressedTensorsFP8Linear call, or None."""
-    why = served.refusal("scaled_fp8_quant", x)
-    if why is not None:
-        return why
-    weight, scales = module.weight, module.weight_scale
-    if weight.dtype != torch.float8_e4m3fn:
-        return f"{weight.dtype} weights (the wheel's FP8 products take float8_e4m3fn)"
-    if scales.dtype != torch.float32 or scales.numel() != weight.shape[0]:
-        return (
-            f"weight scales of {scales.dtype} and shape {list(scales.shape)} (the wheel's "
-            "row-wise products take one float32 scale per output feature)"
-        )
-    if weight.device != x.device or scales.device != x.device:
-        return "weights on another device than the input"
-    if weight.shape[0] % 16 or weight.shape[1] % 16:
-        return f"a weight of {list(weight.shape)} (the FP8 products take multiples of 16)"
-    return None
 
 
 def half_tables(original):
