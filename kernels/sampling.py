@@ -18,8 +18,10 @@ Without sorting, in steps (the switch `step`; aot/runtime/_sampling.py launches 
      top-k's k-th largest logit by a radix select over order-preserving keys of the
      values (8 bits a step from the top, the first two from the histograms where the
      digits step ran, else passes over the row: 2 for bf16 logits, at most 4 for fp32;
-     it stops as soon as a bucket holds exactly the rows still wanted; ties with the
-     k-th value are all kept); min-p raises it to max + temperature * log(min_p);
+     it stops as soon as a bucket holds exactly the rows still wanted, or once the
+     bytes read hold all of the dtype's bits (bf16's two, fp16's three: the bucket is
+     then the k-th value and its ties); ties with the k-th value are all kept); min-p
+     raises it to max + temperature * log(min_p);
 4. "bounded", a program per chunk: its mass above the row's bound; its build
    "survivors", where the draw applies top-p (flag 128), the chunk's survivors too,
    into its row's buffer of `capacity` (a slot range taken by one atomic a chunk, the
@@ -127,6 +129,11 @@ API = Api(
 # The survivors a row's draw takes top-p over (flag 128): topk's limit of k, 1024, and
 # its ties (more: the rejection rounds), 8 KB a row.
 CONFIG = Config({"block_size": 4096, "capacity": 1024}, num_warps=8, num_stages=2)
+# The shift of the lowest byte of a logit's float32 key (its bits, order-preserving) that
+# its dtype can make other than the byte's neighbours: bf16's 16 bits are the key's top
+# two bytes; fp16's 1 + 5 + 10 end 13 bits above the bottom (its exponent widened);
+# float32's use every byte.
+LOWEST_BYTE = {"bf16": 16, "fp16": 8, "fp32": 0}
 # The chunks' results a tile of the rows step reads (Gemma's 256000 logits: 63 chunks).
 # (The kernels spell both out: module globals are not visible in them.)
 RESULTS = 64
@@ -251,7 +258,7 @@ def application_bounded(logits, temperatures, bounds, peaks, kept, survivors, ta
 
 def arrangement(logits, temperatures, top_ks, top_ps, min_ps, seeds, peaks, firsts, masses,
                 leading, second, bounds, output, survivors, taken, t, k, p, q, rows, block,
-                capacity, block_size, slots):  # fmt: skip
+                capacity, lowest, block_size, slots):  # fmt: skip
     """A program per row, seeing its logits as tiles of `block_size`, its chunks'
     results as tiles of RESULTS, one value of each per-row tensor and its survivors
     as one tile."""
@@ -262,7 +269,7 @@ def arrangement(logits, temperatures, top_ks, top_ps, min_ps, seeds, peaks, firs
     ends = (tensor.tile((1,)) for tensor in (bounds, output))
     buffers = (reduction.arrange_rows(survivors, slots), taken.tile((1,)))
     return (arranged, *per_row, *results, *counts, *ends, *buffers, t, k, p, q, rows, block,
-            capacity)  # fmt: skip
+            capacity, lowest)  # fmt: skip
 
 
 @triton.jit
@@ -288,13 +295,16 @@ def choose(counts, wanted):
     return chosen, left, exact
 
 
-def kth_key(logits, block, vocabulary, prefix, wanted, shift, exact):
+def kth_key(logits, block, vocabulary, prefix, wanted, shift, exact, lowest):
     """The key of the row's k-th largest logit, or the least key of a bucket (keys
     agreeing in their leading bytes) that holds exactly the k-th and every key above it
     down to it: either way, the keys at least it are the k largest and their ties.
     Continued from a state of the radix select (the bytes above `shift` chosen: `prefix`,
-    `wanted` keys still wanted inside it, `exact`): (0, k, 24, False) from the start."""
-    while shift >= 0 and not exact:
+    `wanted` keys still wanted inside it, `exact`): (0, k, 24, False) from the start.
+    Bytes below `lowest` are not read: the logits' dtype leaves them the same in every
+    key of a bucket (bf16's keys are its 16 bits, fp16's its 19 above 13 that are not),
+    so their bucket is the k-th's value and its ties, however many."""
+    while shift >= lowest and not exact:
         counts = ntl.zeros((256,), dtype=ntl.int32)
         for i in range(logits.shape[0]):
             keys = key(ntl.cast(logits[i], ntl.float32))
@@ -441,7 +451,7 @@ def draw_nucleus(packed, count, top, inverse, top_p, seed, CAPACITY: tl.constexp
 
 def application(
     logits, temperatures, top_ks, top_ps, min_ps, seeds, peaks, firsts, masses, leading,
-    second, bounds, output, survivors, taken, t, k, p, q, rows, block, capacity,
+    second, bounds, output, survivors, taken, t, k, p, q, rows, block, capacity, lowest,
 ):  # fmt: skip
     vocabulary = logits.source.shape[1]
     # `rows`: the parameters given as tensors, a bit each (1 temperature, 2 top-k, 4
@@ -503,7 +513,7 @@ def application(
                     chosen, wanted, exact = choose(counts, wanted)
                     prefix = prefix * 256 + ntl.cast(chosen, ntl.int64)
                     shift = ntl.cast(8, ntl.int32)
-            bound = kth_key(logits, block, vocabulary, prefix, wanted, shift, exact)
+            bound = kth_key(logits, block, vocabulary, prefix, wanted, shift, exact, lowest)
         if min_p > 0.0:
             floor = key(top + ntl.log(ntl.minimum(min_p, 1.0)) * temperature)
             bound = ntl.maximum(bound, floor)
@@ -559,6 +569,8 @@ def application(
 
 def premake(ndim, dtype, step="rows", block_size=4096, capacity=1024):
     block = Tensor(0, constexpr=True, value=block_size)
+    # The lowest byte of a float32 key (kth_key) that holds a bit of the logits' dtype.
+    lowest = Tensor(0, constexpr=True, value=LOWEST_BYTE[dtype])
     # The survivors' code is compiled in where `capacity` (a constexpr) is not 0.
     room = Tensor(0, constexpr=True, value=capacity if step in ("survivors", "nucleus") else 0)
     logits = Tensor(2, dtype=dtype, other=float("-inf"))
@@ -628,6 +640,7 @@ def premake(ndim, dtype, step="rows", block_size=4096, capacity=1024):
         Tensor(0, dtype="i32"),
         block,
         room,
+        lowest,
     )
     arrange = functools.partial(arrangement, block_size=block_size, slots=capacity)
     return arrange, application, tensors

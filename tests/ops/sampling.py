@@ -292,8 +292,8 @@ def interpreted(make):
     `probabilities`: no token outside the filtered support, and a chi-square p-value
     above 1e-4 (the seeds are fixed, so it fails never or always; the GPU suite draws
     10^5 and more); top-p over a bound's survivors (capacity 16: top-k with top-p, and
-    the rejection rounds where min-p's survivors pass it), and top-k with top-p by the
-    rounds. The interpreter takes about
+    the rejection rounds where min-p's survivors pass it), top-k of bf16 logits tied at
+    the k-th value, and top-k with top-p by the rounds. The interpreter takes about
     0.2 s a row here."""
     module = references()
     for dtype, size in ((torch.float32, 64), (torch.bfloat16, 64), (torch.float32, 2)):
@@ -332,6 +332,16 @@ def interpreted(make):
             bounded = module.probabilities(logits[:1], temperature=t, min_p=options["min_p"])
             assert int((bounded > 0).sum()) > 16, bounded
         assert chi_square_p(drawn, chances) > 1e-4, (options, drawn, chances)
+    # Half-type logits tied at top-k's k-th value (bf16: 4 ties of the 5th largest; the
+    # select stops after the bytes that hold bf16's bits): every tie kept, nothing below,
+    # with and without the chunks' histograms (fewer than 64 rows, and 64).
+    values = torch.tensor([4.0, 3.5, 3.0, 2.5, 2.5, 2.5, 2.5, 2.0, 1.5, 1.0] + [0.0] * 14)
+    tied = values.to(torch.bfloat16).expand(64, vocabulary).contiguous()
+    chances = module.probabilities(tied[:1], temperature=1.0, top_k=5)[0]
+    assert int((chances > 0).sum()) == 7, chances
+    for rows in (40, 64):
+        drawn = nt.sampling(tied[:rows], seeds[:rows], top_k=5)
+        assert chi_square_p(drawn, chances) > 1e-4, (rows, drawn, chances)
     # Top-p after top-k by the rounds, where the runtime finds the survivors do not pay.
     nt.over_survivors = lambda logits, selecting: False
     drawn = nt.sampling(logits[:60], seeds[:60], temperature=t, top_k=5, top_p=0.7)
