@@ -20,6 +20,13 @@ prefill's last logits against stock eager's in the same process (bf16: within BO
 Issue 33's goals: ntops eager TPOT <= 0.6x stock eager's, ntops compiled <= 1.0x stock
 compiled's.
 
+`--checkpoint compressed`: the same model as a compressed-tensors FP8 checkpoint loads
+with `use_optimized_inference=True` (every linear but the head a
+CompressedTensorsFP8Linear, weights e4m3 with a scale per output feature,
+`tests/hf_models.compressed`): stock runs torch's scaled_mm (cuBLASLt's FP8 kernels) and
+quantizes each call's activations in torch ops, ntops the wheel's quantization and
+products.
+
     python tests/benchmarks/bench_transformers.py --json bench.json --png bench.png
     python tests/benchmarks/bench_transformers.py --from-json bench.json --png bench.png
 """
@@ -27,10 +34,13 @@ compiled's.
 import argparse
 import json
 import math
+import pathlib
 import statistics
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).parents[2]))  # tests.hf_models
 
 WAYS = ("stock eager", "stock compiled", "ntops eager", "ntops compiled")
 LLAMA_3_8B = {
@@ -49,7 +59,10 @@ PROMPT = 512
 BOUND = 5e-2
 
 
-def model(layers):
+CHECKPOINTS = ("bf16", "compressed")
+
+
+def model(layers, checkpoint="bf16"):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -57,6 +70,11 @@ def model(layers):
     torch.manual_seed(0)
     with torch.device("cuda"):
         built = LlamaForCausalLM(config).to(torch.bfloat16).eval()
+    if checkpoint == "compressed":
+        from tests.hf_models import compressed
+
+        with torch.no_grad():
+            compressed(built)
     built.generation_config.eos_token_id = None  # every run generates all its tokens
     built.generation_config.pad_token_id = 0
     return built
@@ -127,12 +145,12 @@ def decode_profile(generate, tokens, path):
     return busy / 1e3, launches
 
 
-def worker(way, layers, batches, tokens, repeats, profiles=None):
+def worker(way, layers, batches, tokens, repeats, profiles=None, checkpoint="bf16"):
     """One way's figures, as one JSON line on stdout; with `profiles` (a folder), each
     batch's decode profile there too (`decode_profile`)."""
     import torch
 
-    built = model(layers)
+    built = model(layers, checkpoint)
     reference = {}
     for batch in batches:
         ids = torch.randint(3, LLAMA_3_8B["vocab_size"], (batch, PROMPT), device="cuda")
@@ -174,7 +192,7 @@ def worker(way, layers, batches, tokens, repeats, profiles=None):
 def run_way(way, arguments):
     command = [sys.executable, __file__, "--worker", way, "--layers", str(arguments.layers)]
     command += ["--batches", arguments.batches, "--tokens", str(arguments.tokens)]
-    command += ["--repeats", str(arguments.repeats)]
+    command += ["--repeats", str(arguments.repeats), "--checkpoint", arguments.checkpoint]
     if arguments.profile:
         command += ["--profile", arguments.profile]
     try:
@@ -216,7 +234,8 @@ def environment():
 
 def table(report):
     """Lines: per batch, each way's TTFT and TPOT, and the goals' ratios."""
-    lines = [f"{report['environment']}, {report['layers']} layers, prompt {PROMPT}"]
+    checkpoint = report.get("checkpoint", "bf16")
+    lines = [f"{report['environment']}, {report['layers']} layers, {checkpoint}, prompt {PROMPT}"]
     lines.append(f"{'way':<16}{'batch':>6}{'TTFT ms':>10}{'TPOT ms':>10}")
     ways = report["ways"]
     for way in WAYS:
@@ -273,7 +292,8 @@ def write_png(path, report):
     axes[0].legend()
     environment = report["environment"]
     figure.suptitle(
-        f"Llama-3-8B-shaped, {report['layers']} layers, bf16: transformers "
+        f"Llama-3-8B-shaped, {report['layers']} layers, {report.get('checkpoint', 'bf16')}: "
+        "transformers "
         f"{environment['transformers']}, torch {environment['torch']}, {environment['device']}"
     )
     figure.tight_layout()
@@ -302,6 +322,10 @@ def parse():
     parser.add_argument(
         "--profile", help="a folder: each way's and batch's decode profile (kernels, launches)"
     )
+    parser.add_argument(
+        "--checkpoint", choices=CHECKPOINTS, default="bf16",
+        help="bf16 weights, or a compressed-tensors FP8 checkpoint's linears",
+    )  # fmt: skip
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     return parser.parse_args()
 
@@ -312,7 +336,7 @@ def main():
         batches = [int(b) for b in arguments.batches.split(",")]
         worker(
             arguments.worker, arguments.layers, batches, arguments.tokens, arguments.repeats,
-            arguments.profile,
+            arguments.profile, arguments.checkpoint,
         )  # fmt: skip
         return
     if arguments.from_json:
@@ -323,7 +347,10 @@ def main():
             for way, rows in report["ways"].items()
         }
     else:
-        report = {"environment": environment(), "layers": arguments.layers, "ways": {}}
+        report = {
+            "environment": environment(), "layers": arguments.layers,
+            "checkpoint": arguments.checkpoint, "ways": {},
+        }  # fmt: skip
         rounds = {way: [] for way in arguments.ways.split(",")}
         for _ in range(arguments.rounds):  # the ways in turn: the host's drift hits each
             for way in rounds:
