@@ -14,7 +14,8 @@ import torch
 
 from . import _C
 from . import _checks as check
-from ._library import fake, routed
+from ._C import SubclassError
+from ._library import compiling, fake, routed
 from ._reductions import built_value, chunk_size, chunks
 
 _launch = _C.launch
@@ -75,10 +76,17 @@ def sample(logits, temperature=1.0, top_k=None, top_p=None, min_p=None, *, gener
         shape = list(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
         raise ValueError(f"{op}: logits must be a (rows, vocabulary) tensor, got {shape}")
     rows = logits.shape[0]
-    # Refused before the seeds are drawn: nothing runs for a bad call.
-    placeholder = torch.empty(rows, dtype=torch.int64, device=logits.device)
+    # Refused before the seeds are drawn: nothing runs for a bad call. Eagerly, on
+    # plain tensors, checked once, here, and drawn by `_drawn` (the op's checks cost
+    # the call as much again); while Dynamo traces, or for a tensor subclass (a
+    # FakeTensor), the op `sampling` checks and draws.
     per_row = _per_row(*(tensors.get(name) for name, _, _ in _PER_ROW))
-    _checked(op, logits, placeholder, per_row, numbers, real=False)  # `sampling` checks them
+    direct = not compiling()
+    try:
+        _checked(op, logits, DRAWN, per_row, numbers, real=direct)
+    except SubclassError:
+        direct = False
+        _checked(op, logits, DRAWN, per_row, numbers, real=False)
     if _greedy(temperature, top_k):
         # Every row's first largest logit, which no filter removes: argmax's kernels
         # (H100, bf16 (256, 128256): 35 us, the sampling kernels' greedy 51, torch 47).
@@ -89,6 +97,11 @@ def sample(logits, temperature=1.0, top_k=None, top_p=None, min_p=None, *, gener
         return argmax(logits, -1)
     # (out of place: torch.compile traces randint)
     seeds = torch.randint(1 << 62, (rows,), device=logits.device, generator=generator)
+    if direct:
+        try:
+            return _drawn(logits, seeds, *(tensors.get(name) for name, _, _ in _PER_ROW), *numbers)
+        except SubclassError:  # the launcher's verdict, as the op's route takes it
+            pass
     return sampling(logits, seeds, **tensors, temperature=numbers[0], top_k=numbers[1],
                     top_p=numbers[2], min_p=numbers[3])  # fmt: skip
 
@@ -100,13 +113,19 @@ def _greedy(temperature, top_k):
     return isinstance(top_k, int) and not isinstance(top_k, bool) and top_k == 1
 
 
+# `_checked`'s seeds where the call draws them itself (`sample`).
+DRAWN = object()
+
+
 def _checked(op, logits, seeds, per_row, numbers, real=True):
     """Refuse what the kernel cannot take, before it runs: shapes, dtypes, devices, and
     numbers out of their domain; `real`: and tensors whose memory is not their data
-    (check.tensor: a FakeTensor goes to the op, whose fake checks the rest)."""
+    (check.tensor: a FakeTensor goes to the op, whose fake checks the rest). `seeds`
+    DRAWN: the call draws its own, after."""
     tensor = check.tensor if real else lambda op, name, value: value
     tensor(op, "logits", logits)
-    tensor(op, "seeds", seeds)
+    if seeds is not DRAWN:
+        tensor(op, "seeds", seeds)
     if logits.ndim != 2 or logits.shape[1] == 0:
         raise ValueError(f"{op}: logits must be (rows, vocabulary), got {list(logits.shape)}")
     if logits.dtype not in _LOGITS:
@@ -114,7 +133,8 @@ def _checked(op, logits, seeds, per_row, numbers, real=True):
     if logits.shape[1] >= 1 << 31:
         raise ValueError(f"{op}: a vocabulary of {logits.shape[1]} passes int32 indices")
     rows = logits.shape[0]
-    for name, value, dtypes in [("seeds", seeds, (torch.int64,)), *per_row]:
+    given = [] if seeds is DRAWN else [("seeds", seeds, (torch.int64,))]
+    for name, value, dtypes in [*given, *per_row]:
         if value is None:
             continue
         tensor(op, name, value)
@@ -164,6 +184,13 @@ def sampling(logits, seeds, temperatures=None, top_ks=None, top_ps=None, min_ps=
     op = "sampling"
     per_row = _per_row(temperatures, top_ks, top_ps, min_ps)
     _checked(op, logits, seeds, per_row, (temperature, top_k, top_p, min_p))
+    return _drawn(logits, seeds, temperatures, top_ks, top_ps, min_ps,
+                  temperature, top_k, top_p, min_p)  # fmt: skip
+
+
+def _drawn(logits, seeds, temperatures, top_ks, top_ps, min_ps, temperature, top_k, top_p,
+           min_p):  # fmt: skip
+    """`sampling`'s launches, its arguments checked (`_checked`)."""
     flags, tensors = 0, []
     # A parameter given as a number still takes a tensor argument, never read: a view
     # of the seeds in its dtype (no allocation, nothing a CUDA graph must keep).
