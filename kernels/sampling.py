@@ -398,9 +398,7 @@ def pack(x, index):
     """A survivor as one int64: the order-preserving int32 of its value (`key` less
     2^31) above 2^31 - 1 - its index, so that the larger value comes first in a
     descending sort, and of equal values the lower index."""
-    bits = tl.cast(x + 0.0, tl.int32, bitcast=True)
-    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
-    return (tl.cast(ordered, tl.int64) << 32) | tl.cast(2147483647 - index, tl.int64)
+    return ((key(x) - 2147483648) << 32) | tl.cast(2147483647 - index, tl.int64)
 
 
 @triton.jit

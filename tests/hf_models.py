@@ -75,24 +75,37 @@ def fp8(model, block_size=(128, 128), activation_scale=None):
     from transformers.integrations.finegrained_fp8 import FP8Linear
 
     takes = inspect.signature(FP8Linear).parameters  # 4.56: bias=, 5.x: has_bias=
+
+    def quantized(linear):
+        has_bias = {"has_bias" if "has_bias" in takes else "bias": linear.bias is not None}
+        made = FP8Linear(
+            linear.in_features, linear.out_features, block_size=block_size, **has_bias,
+            **({"activation_scheme": "static"} if activation_scale is not None else {}),
+        )  # fmt: skip
+        weight, scale_inv = _fp8_blocks(linear.weight.detach().float(), block_size)
+        made.weight = torch.nn.Parameter(weight, requires_grad=False)
+        made.weight_scale_inv = torch.nn.Parameter(scale_inv, requires_grad=False)
+        if activation_scale is not None:
+            scale = torch.tensor(activation_scale, device=linear.weight.device)
+            made.activation_scale = torch.nn.Parameter(scale, requires_grad=False)
+        return made
+
+    return _fp8_linears(model, quantized)
+
+
+def _fp8_linears(model, quantized):
+    """`model` with every nn.Linear but the head replaced by `quantized(linear)` (built
+    on the linear's device), given the linear's bias (in the model's dtype, as loading
+    casts it), no parameter requiring gradients; in place; returns the model."""
     for name, linear in list(model.named_modules()):
         if type(linear) is not torch.nn.Linear or name == "lm_head":
             continue
-        has_bias = {"has_bias" if "has_bias" in takes else "bias": linear.bias is not None}
         with torch.device(linear.weight.device):
-            quantized = FP8Linear(
-                linear.in_features, linear.out_features, block_size=block_size, **has_bias,
-                **({"activation_scheme": "static"} if activation_scale is not None else {}),
-            )  # fmt: skip
-        weight, scale_inv = _fp8_blocks(linear.weight.detach().float(), block_size)
-        quantized.weight = torch.nn.Parameter(weight, requires_grad=False)
-        quantized.weight_scale_inv = torch.nn.Parameter(scale_inv, requires_grad=False)
+            made = quantized(linear)
         if linear.bias is not None:
-            quantized.bias = torch.nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
-        if activation_scale is not None:
-            scale = torch.tensor(activation_scale, device=linear.weight.device)
-            quantized.activation_scale = torch.nn.Parameter(scale, requires_grad=False)
-        model.set_submodule(name, quantized)
+            made.bias = torch.nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
+        made.requires_grad_(False)
+        model.set_submodule(name, made)
     return model
 
 
@@ -142,24 +155,17 @@ def fbgemm(model, ub=1200.0):
     loading. Built on the linears' device, in place; returns the model."""
     from transformers.integrations import fbgemm_fp8
 
-    for name, linear in list(model.named_modules()):
-        if type(linear) is not torch.nn.Linear or name == "lm_head":
-            continue
-        with torch.device(linear.weight.device):
-            quantized = fbgemm_fp8.FbgemmFp8Linear(
-                linear.in_features, linear.out_features, linear.bias is not None
-            )
-        weight = linear.weight.detach().float()
-        scale = weight.abs().amax(1, keepdim=True).clamp(min=1e-12) / 448.0
-        values = (weight / scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
-        quantized.weight = torch.nn.Parameter(values, requires_grad=False)
-        quantized.weight_scale = torch.nn.Parameter(scale, requires_grad=False)
-        if linear.bias is not None:  # in the model's dtype, as loading casts it
-            quantized.bias = torch.nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
-        quantized.input_scale_ub.fill_(ub)
-        quantized.requires_grad_(False)
-        model.set_submodule(name, quantized)
-    return model
+    def quantized(linear):
+        made = fbgemm_fp8.FbgemmFp8Linear(
+            linear.in_features, linear.out_features, linear.bias is not None
+        )
+        values, scale = _fp8_blocks(linear.weight.detach().float(), (1, linear.in_features))
+        made.weight = torch.nn.Parameter(values, requires_grad=False)
+        made.weight_scale = torch.nn.Parameter(scale, requires_grad=False)  # (out, 1)
+        made.input_scale_ub.fill_(ub)
+        return made
+
+    return _fp8_linears(model, quantized)
 
 
 def compressed(model, strategy="channel"):
@@ -171,26 +177,18 @@ def compressed(model, strategy="channel"):
     a tensor's spread). Built on the linears' device, in place; returns the model."""
     from transformers.integrations import compressed_tensors
 
-    for name, linear in list(model.named_modules()):
-        if type(linear) is not torch.nn.Linear or name == "lm_head":
-            continue
-        with torch.device(linear.weight.device):
-            quantized = compressed_tensors.CompressedTensorsFP8Linear(
-                linear.in_features, linear.out_features, linear.bias is not None
-            )
-        weight = linear.weight.detach().float()
-        largest = weight.abs().amax(1, keepdim=True)
-        if strategy == "tensor":
-            largest = largest.amax().expand_as(largest)
-        scale = largest.clamp(min=1e-12) / 448.0
-        values = (weight / scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
-        quantized.weight = torch.nn.Parameter(values, requires_grad=False)
-        quantized.weight_scale = torch.nn.Parameter(scale.reshape(1, -1), requires_grad=False)
-        if linear.bias is not None:  # in the model's dtype, as loading casts it
-            quantized.bias = torch.nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
-        quantized.requires_grad_(False)
-        model.set_submodule(name, quantized)
-    return model
+    def quantized(linear):
+        made = compressed_tensors.CompressedTensorsFP8Linear(
+            linear.in_features, linear.out_features, linear.bias is not None
+        )
+        rows = (1, linear.in_features) if strategy == "channel" else None
+        values, scale = _fp8_blocks(linear.weight.detach().float(), rows)
+        made.weight = torch.nn.Parameter(values, requires_grad=False)
+        spread = scale.reshape(1, -1).expand(1, linear.out_features).contiguous()
+        made.weight_scale = torch.nn.Parameter(spread, requires_grad=False)
+        return made
+
+    return _fp8_linears(model, quantized)
 
 
 def fp8_dense(model):

@@ -99,7 +99,7 @@ def sample(logits, temperature=1.0, top_k=None, top_p=None, min_p=None, *, gener
     seeds = torch.randint(1 << 62, (rows,), device=logits.device, generator=generator)
     if direct:
         try:
-            return _drawn(logits, seeds, *(tensors.get(name) for name, _, _ in _PER_ROW), *numbers)
+            return _drawn(logits, seeds, *(value for _, value, _ in per_row), *numbers)
         except SubclassError:  # the launcher's verdict, as the op's route takes it
             pass
     return sampling(logits, seeds, **tensors, temperature=numbers[0], top_k=numbers[1],
@@ -210,15 +210,18 @@ def _drawn(logits, seeds, temperatures, top_ks, top_ps, min_ps, temperature, top
     selecting = flags & _TOP_K or 0 < top_k < vocabulary
     size = chunks(vocabulary, chunk_size("sampling")) * 256
     bounded = selecting or flags & _MIN_P or numbers[3] > 0
+    histograms = selecting and rows < _SPLIT_ROWS
+    survive = bounded and (flags & _TOP_P or numbers[2] < 1) and over_survivors(logits, selecting)
     # The buffers a flag leaves unused: stand-ins of their shapes, never read.
-    spare = torch.empty(1, dtype=torch.int64, device=device)
-    if selecting and rows < _SPLIT_ROWS:
+    if not (histograms and survive):
+        spare = torch.empty(1, dtype=torch.int64, device=device)
+    if histograms:
         flags |= _HISTOGRAMS
         leading, second = (torch.empty(rows, size, dtype=torch.int32, device=device) for _ in "ab")
     else:
         leading = second = spare.view(torch.int32)[:1].expand(rows, size)
     capacity = built_value("sampling", "capacity") or 1
-    if bounded and (flags & _TOP_P or numbers[2] < 1) and over_survivors(logits, selecting):
+    if survive:
         flags |= _SURVIVORS
         survivors = torch.empty(rows, capacity, dtype=torch.int64, device=device)
         taken = torch.empty(rows, dtype=torch.int64, device=device)

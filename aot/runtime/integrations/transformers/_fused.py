@@ -181,10 +181,7 @@ class Fused:
         if self.kind == "rows":
             out = rows_product(rows, self.weight, self.scale, self.bound)
         elif self.kind == "compressed":
-            bias = self.bias
-            if bias is None or bias.dtype == x.dtype:
-                return rows_product(rows, self.weight, self.scale, None, x.dtype, bias)
-            out = rows_product(rows, self.weight, self.scale, None, x.dtype)
+            return rows_product(rows, self.weight, self.scale, None, x.dtype, self.bias)
         else:
             out = blocks_product(rows, self.weight, self.scale, x.dtype)
         return out if self.bias is None else out + self.bias
@@ -195,9 +192,14 @@ def rows_product(rows, weight, scale, bound, dtype=torch.bfloat16, bias=None):
     magnitude (held at `bound`, where one is given), then the product scaled by token
     and by output feature (`scale`, one a feature), in `dtype` (FbgemmFp8Linear's: bf16,
     as FBGEMM's f8f8bf16_rowwise gives it; CompressedTensorsFP8Linear's: the
-    activations'), `bias` (of `dtype`) added by the product."""
+    activations'); `bias` added by the product where it is of `dtype`, else after."""
+    fused = bias is not None and bias.dtype == dtype
     values, scales = nt.scaled_fp8_quant(rows, use_per_token_if_dynamic=True, scale_ub=bound)
-    return nt.scaled_mm(values, weight.t(), scales, scale.view(1, -1), bias=bias, out_dtype=dtype)
+    out = nt.scaled_mm(
+        values, weight.t(), scales, scale.view(1, -1), bias=bias if fused else None,
+        out_dtype=dtype,
+    )  # fmt: skip
+    return out if bias is None or fused else out + bias
 
 
 def blocks_product(rows, weight, scale_inv, dtype):

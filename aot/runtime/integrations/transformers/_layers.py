@@ -278,11 +278,7 @@ def compressed_fp8_linear(module, original, served):
             fall_back(what, why)
             return original(x)
         rows = x.reshape(-1, x.shape[-1])
-        weight, scale, bias = module.weight, module.weight_scale, module.bias
-        if bias is None or bias.dtype == x.dtype:
-            out = rows_product(rows, weight, scale, None, x.dtype, bias)
-        else:
-            out = rows_product(rows, weight, scale, None, x.dtype) + bias
+        out = rows_product(rows, module.weight, module.weight_scale, None, x.dtype, module.bias)
         return out.view(*x.shape[:-1], out.shape[-1])
 
     return forward
