@@ -1,8 +1,9 @@
 /* The module ntops_prebuilt._C: its method table and init, and the entry points that
  * are not a call (call.c) or a test's (debug.c): the wheel's groups, kernels and
- * images, preloading a device, and the two facts the Python runtime asks of the
- * binding rather than knowing them twice (which tensor types override
- * __torch_dispatch__, how torch moves version counters). */
+ * images, preloading a device, the two facts the Python runtime asks of the binding
+ * rather than knowing them twice (which tensor types override __torch_dispatch__, how
+ * torch moves version counters), and the attention's argument rules, checked here at
+ * C's cost on every eager call (Python checks only the calls they do not pass). */
 #include <string.h>
 
 #include "binding.h"
@@ -125,32 +126,109 @@ static int nt_is_tail(const nt_tensor *cache, const nt_tensor *present, const nt
                                                         cache->stride[2] * (bits / 8));
 }
 
-/* tail_entries(key, value, present_key, present_value, key_slot, value_slot, most) ->
- * how many new KV-cache entries a decode attention launch writes itself: the slots'
+/* How many new KV-cache entries a decode attention launch writes itself: the slots'
  * positions where they are the caches' last (at most `most`) and the new entries agree
- * (_attention.py's _present); 0 where not; -1 where a tensor cannot be read here (not a
- * plain torch.Tensor, or one the exchange API declines): the caller checks in Python. */
-static PyObject *nt_py_tail_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
-    if (nargs != 7)
-        return PyErr_Format(PyExc_TypeError, "tail_entries takes 7 arguments, got %zd", nargs);
-    long long most = PyLong_AsLongLong(args[6]);
-    if (most == -1 && PyErr_Occurred())
-        return NULL;
-    if (nt_torch_init())
-        return NULL;
-    nt_tensor t[6];
-    for (int a = 0; a < 6; a++)
-        if (nt_read_plain(args[a], &t[a]))
-            return PyLong_FromLong(-1);
-    const nt_tensor *key = &t[0], *value = &t[1], *present_key = &t[2], *present_value = &t[3];
+ * (_attention.py's _is_tail); 0 where not. */
+static int64_t nt_tail_entries(const nt_tensor *key, const nt_tensor *value,
+                               const nt_tensor *present_key, const nt_tensor *present_value,
+                               const nt_tensor *key_slot, const nt_tensor *value_slot,
+                               long long most) {
     int same = present_key->ndim == present_value->ndim;
     for (int d = 0; same && d < present_key->ndim; d++)
         same = present_key->size[d] == present_value->size[d];
     int fused = same && nt_strides_agree(present_key, present_value) &&
-                nt_is_tail(key, present_key, &t[4], most) &&
-                nt_is_tail(value, present_value, &t[5], most);
-    return PyLong_FromLongLong(fused ? t[4].size[2] : 0);
+                nt_is_tail(key, present_key, key_slot, most) &&
+                nt_is_tail(value, present_value, value_slot, most);
+    return fused ? key_slot->size[2] : 0;
+}
+
+static int nt_same_shape(const nt_tensor *t, const nt_tensor *other) {
+    if (t->ndim != other->ndim)
+        return 0;
+    for (int d = 0; d < t->ndim; d++)
+        if (t->size[d] != other->size[d])
+            return 0;
+    return 1;
+}
+
+/* A float dtype by the exchange API's key: float (2) or bfloat (4) codes. Others
+ * (torch's float8 types among them) are left to Python. */
+static int nt_floating(const nt_tensor *t) {
+    uint64_t code = t->dtype_key & 0xff;
+    return code == 2 || code == 4;
+}
+
+/* present/slot: both absent (0), both plain tensors of one shape (1), else -1. */
+static int nt_cache_pair(PyObject *present, PyObject *slot, nt_tensor *p, nt_tensor *s) {
+    if (present == Py_None && slot == Py_None)
+        return 0;
+    if (present == Py_None || slot == Py_None || nt_read_plain(present, p) ||
+        nt_read_plain(slot, s) || !nt_same_shape(p, s))
+        return -1;
+    return 1;
+}
+
+/* attention_rules(query, key, value, present_key, present_value, key_slot, value_slot,
+ * enable_gqa, head_dims, most) -> (fused, out, batch, heads_q, seq_q, head_dim,
+ * heads_kv, seq_kv), or None.
+ *
+ * The argument rules of _attention.py's scaled_dot_product_attention (_sdpa_checks'
+ * for the tensors, _check_cache's, and the tail rule of _present), for a call whose
+ * tensors are plain torch.Tensors read through the exchange API: where every rule
+ * holds, the new entries the launch writes itself (`fused`, 0 for none: the caller
+ * copies them), the new result `out` (contiguous, of query's shape) and the shapes.
+ * None where a tensor cannot be read here or a rule fails: the caller checks in Python,
+ * which raises what fails (one wording of every error) or routes a subclass. */
+static PyObject *nt_py_attention_rules(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 10)
+        return PyErr_Format(PyExc_TypeError, "attention_rules takes 10 arguments, got %zd", nargs);
+    int gqa = PyObject_IsTrue(args[7]);
+    long long most = PyLong_AsLongLong(args[9]);
+    if (gqa < 0 || (most == -1 && PyErr_Occurred()) || !PyTuple_Check(args[8]))
+        return NULL;
+    if (nt_torch_init())
+        return NULL;
+    nt_tensor t[7];
+    for (int a = 0; a < 3; a++)
+        if (nt_read_plain(args[a], &t[a]))
+            Py_RETURN_NONE;
+    const nt_tensor *query = &t[0], *key = &t[1], *value = &t[2];
+    if (query->ndim != 4 || key->ndim != 4 || !nt_same_shape(key, value) || !nt_floating(query))
+        Py_RETURN_NONE;
+    int64_t batch = query->size[0], heads_q = query->size[1], head_dim = query->size[3];
+    int64_t heads_kv = key->size[1];
+    for (int a = 1; a < 3; a++)
+        if (t[a].dtype_key != query->dtype_key || t[a].cuda != query->cuda ||
+            t[a].device != query->device)
+            Py_RETURN_NONE;
+    if (key->size[0] != batch || key->size[3] != head_dim || heads_kv == 0 ||
+        (!gqa && heads_q != heads_kv) || heads_q % heads_kv)
+        Py_RETURN_NONE;
+    int built = 0;
+    for (Py_ssize_t i = 0; i < PyTuple_Size(args[8]); i++) {
+        long long dim = PyLong_AsLongLong(PyTuple_GetItem(args[8], i));
+        if (dim == -1 && PyErr_Occurred())
+            return NULL;
+        built |= dim == head_dim;
+    }
+    int keys = nt_cache_pair(args[3], args[5], &t[3], &t[5]);
+    int values = nt_cache_pair(args[4], args[6], &t[4], &t[6]);
+    if (!built || keys < 0 || values < 0)
+        Py_RETURN_NONE;
+    int64_t fused = 0;
+    if (keys && values && query->size[2] <= most)
+        fused = nt_tail_entries(key, value, &t[3], &t[4], &t[5], &t[6], most);
+    PyObject *shape = Py_BuildValue("(LLLL)", (long long)batch, (long long)heads_q,
+                                    (long long)query->size[2], (long long)head_dim);
+    PyObject *out =
+        shape ? PyObject_CallMethodObjArgs(args[0], nt_torch.s_new_empty, shape, NULL) : NULL;
+    Py_XDECREF(shape);
+    if (out == NULL)
+        return NULL;
+    return Py_BuildValue("(LNLLLLLL)", (long long)fused, out, (long long)batch, (long long)heads_q,
+                         (long long)query->size[2], (long long)head_dim, (long long)heads_kv,
+                         (long long)key->size[2]);
 }
 
 /* increment_versions(tensors) -> None: the tensors' autograd version counters move, as
@@ -183,9 +261,10 @@ static PyMethodDef nt_methods[] = {
      "last_kernel()\n--\n\nId of the kernel this thread launched last, or None."},
     {"overrides_dispatch", nt_py_overrides_dispatch, METH_O,
      "overrides_dispatch(type)\n--\n\nWhether a tensor type overrides __torch_dispatch__."},
-    {"tail_entries", (PyCFunction)(void (*)(void))nt_py_tail_entries, METH_FASTCALL,
-     "tail_entries(key, value, present_key, present_value, key_slot, value_slot, most)\n--\n\n"
-     "New KV-cache entries a decode attention launch writes itself (0: none; -1: ask Python)."},
+    {"attention_rules", (PyCFunction)(void (*)(void))nt_py_attention_rules, METH_FASTCALL,
+     "attention_rules(query, key, value, present_key, present_value, key_slot, value_slot, "
+     "enable_gqa, head_dims, most)\n--\n\n"
+     "scaled_dot_product_attention's argument rules; None: Python checks the call."},
     {"increment_versions", nt_py_increment_versions, METH_O,
      "increment_versions(tensors)\n--\n\nMove the version counters of a tuple of tensors."},
     {NULL, NULL, 0, NULL},

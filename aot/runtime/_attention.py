@@ -12,7 +12,7 @@ from ._errors import NotBuiltError
 from ._library import fake, increment_versions, routed
 
 _launch = _C.launch
-tail_entries = _C.tail_entries
+attention_rules = _C.attention_rules
 _SWITCHES = _ops.SWITCHES["scaled_dot_product_attention"]
 _HEAD_DIMS = tuple(int(head_dim) for head_dim in _SWITCHES["head_dim"])
 # kernels/scaled_dot_product_attention.py's MASKS: causal, a bool or a float tensor (no
@@ -147,28 +147,28 @@ def _is_tail(cache, present, slot):
     )
 
 
-def _present(queries, key, value, present_key, present_value, key_slot, value_slot):
+def _present(queries, key, value, present_key, present_value, key_slot, value_slot, fused=-1):
     """The new KV-cache entries for the launch: (present_key, present_value, how many)
     where the call has a decode step's `queries`, the slots are the last positions of
     `key` and `value` and the entries share strides (the kernel writes them, reading
     them from where they are); else they are copied into their slots here and the launch
-    gets none (prefill kernels write no cache: the Gluon one does not)."""
+    gets none (prefill kernels write no cache: the Gluon one does not). `fused`: the
+    count the launcher's rules found (`attention_rules`), -1 where they were not asked."""
     if present_key is None and present_value is None:
         return key, value, 0
-    fused = 0  # -1 from tail_entries: tensors the launcher's reader declines
-    if queries <= _FUSED_ENTRIES and present_key is not None and present_value is not None:
-        fused = tail_entries(
-            key, value, present_key, present_value, key_slot, value_slot, _FUSED_ENTRIES
-        )
-    if fused > 0:
-        return present_key, present_value, fused
-    if fused < 0 and (  # the same rules here
-        present_key.shape == present_value.shape
+    if (
+        fused < 0
+        and queries <= _FUSED_ENTRIES
+        and present_key is not None
+        and present_value is not None
+        and present_key.shape == present_value.shape
         and _strides_agree(present_key, present_value)
         and _is_tail(key, present_key, key_slot)
         and _is_tail(value, present_value, value_slot)
     ):
-        return present_key, present_value, key_slot.shape[2]
+        fused = key_slot.shape[2]
+    if fused > 0:
+        return present_key, present_value, fused
     for present, slot in ((present_key, key_slot), (present_value, value_slot)):
         if present is not None:
             slot.copy_(present)
@@ -199,11 +199,20 @@ def scaled_dot_product_attention(
     Where the slots are the caches' last few positions (a decode step's), the attention
     kernel writes them itself: no copy kernels. Masks are bool (True keeps) or float
     (added), broadcast to (batch, heads_q, seq_q, seq_kv)."""
-    _sdpa_checks(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
-    _check_cache(present_key, present_key_slot, "key")
-    _check_cache(present_value, present_value_slot, "value")
-    batch, heads_q, seq_q, head_dim = query.shape
-    heads_kv, seq_kv = key.shape[1], key.shape[2]
+    ruled = attention_rules(
+        query, key, value, present_key, present_value, present_key_slot, present_value_slot,
+        enable_gqa, _HEAD_DIMS, _FUSED_ENTRIES,
+    )  # fmt: skip
+    if ruled is None or dropout_p != 0 or (attn_mask is not None and is_causal):
+        _sdpa_checks(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
+        _check_cache(present_key, present_key_slot, "key")
+        _check_cache(present_value, present_value_slot, "value")
+    if ruled is None:  # the launcher does not read these tensors itself: Python does
+        fused, out = -1, None
+        batch, heads_q, seq_q, head_dim = query.shape
+        heads_kv, seq_kv = key.shape[1], key.shape[2]
+    else:
+        fused, out, batch, heads_q, seq_q, head_dim, heads_kv, seq_kv = ruled
     scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
     if is_causal or attn_mask is None:
         mask = None
@@ -223,11 +232,12 @@ def scaled_dot_product_attention(
             ) from error
     # Every check passed: only now may the caches change.
     present = _present(
-        seq_q, key, value, present_key, present_value, present_key_slot, present_value_slot
+        seq_q, key, value, present_key, present_value, present_key_slot, present_value_slot, fused
     )
     if present[2]:  # the kernel writes the caches: their autograd versions move
         increment_versions((key, value))
-    out = query.new_empty(query.shape)
+    if out is None:
+        out = query.new_empty(query.shape)
     # The kernels see the result as (batch, heads_kv, group * seq_q, head_dim): the rows
     # of the query heads that share a key/value head, one after another (a view the
     # launcher makes of the new, contiguous result).
