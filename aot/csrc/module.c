@@ -2,8 +2,9 @@
  * are not a call (call.c) or a test's (debug.c): the wheel's groups, kernels and
  * images, preloading a device, the two facts the Python runtime asks of the binding
  * rather than knowing them twice (which tensor types override __torch_dispatch__, how
- * torch moves version counters), and the attention's argument rules, checked here at
- * C's cost on every eager call (Python checks only the calls they do not pass). */
+ * torch moves version counters), and the argument rules of attention and rotary
+ * embeddings, checked here at C's cost on every eager call (Python checks only the
+ * calls they do not pass, and words every error). */
 #include <string.h>
 
 #include "binding.h"
@@ -231,6 +232,36 @@ static PyObject *nt_py_attention_rules(PyObject *self, PyObject *const *args, Py
                          (long long)key->size[2]);
 }
 
+/* rotary_rules(input, sin_table, cos_table, inplace) -> (out, batch, seq, heads,
+ * head_dim), or None: _rotary.py's rope_shapes for plain tensors read here (input
+ * (batch, seq, heads, even head_dim), each table (seq, head_dim / 2)), and the result
+ * (input itself in place, else torch.empty_like(input)); None where a tensor cannot be
+ * read here or a rule fails: the caller checks in Python. */
+static PyObject *nt_py_rotary_rules(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 4)
+        return PyErr_Format(PyExc_TypeError, "rotary_rules takes 4 arguments, got %zd", nargs);
+    int inplace = PyObject_IsTrue(args[3]);
+    if (inplace < 0 || nt_torch_init())
+        return NULL;
+    nt_tensor t[3];
+    for (int a = 0; a < 3; a++)
+        if (nt_read_plain(args[a], &t[a]))
+            Py_RETURN_NONE;
+    const nt_tensor *input = &t[0];
+    if (input->ndim != 4 || input->size[3] % 2)
+        Py_RETURN_NONE;
+    for (int a = 1; a < 3; a++)
+        if (t[a].ndim != 2 || t[a].size[0] != input->size[1] || t[a].size[1] != input->size[3] / 2)
+            Py_RETURN_NONE;
+    PyObject *out = inplace ? Py_NewRef(args[0])
+                            : PyObject_CallFunctionObjArgs(nt_torch.empty_like, args[0], NULL);
+    if (out == NULL)
+        return NULL;
+    return Py_BuildValue("(NLLLL)", out, (long long)input->size[0], (long long)input->size[1],
+                         (long long)input->size[2], (long long)input->size[3]);
+}
+
 /* increment_versions(tensors) -> None: the tensors' autograd version counters move, as
  * a launch that writes them moves them */
 static PyObject *nt_py_increment_versions(PyObject *self, PyObject *tensors) {
@@ -265,6 +296,9 @@ static PyMethodDef nt_methods[] = {
      "attention_rules(query, key, value, present_key, present_value, key_slot, value_slot, "
      "enable_gqa, head_dims, most)\n--\n\n"
      "scaled_dot_product_attention's argument rules; None: Python checks the call."},
+    {"rotary_rules", (PyCFunction)(void (*)(void))nt_py_rotary_rules, METH_FASTCALL,
+     "rotary_rules(input, sin_table, cos_table, inplace)\n--\n\n"
+     "rotary_position_embedding's shape rules and result; None: Python checks the call."},
     {"increment_versions", nt_py_increment_versions, METH_O,
      "increment_versions(tensors)\n--\n\nMove the version counters of a tuple of tensors."},
     {NULL, NULL, 0, NULL},

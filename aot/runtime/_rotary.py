@@ -8,6 +8,7 @@ from . import _checks as check
 from ._library import fake, routed
 
 _launch = _C.launch
+rotary_rules = _C.rotary_rules
 _ROPE = check.groups("rotary_position_embedding")[()]
 # The launcher's views (`_C.launch`'s (tensor, sizes, dims): each dim's stride as the
 # tensor's stride of a dim times a factor, -1 for none) of input and out, whose pairs
@@ -43,12 +44,16 @@ def rotary_position_embedding(input, sin_table, cos_table, interleaved=True, inp
     """Rotate the pairs of each head of input (batch, seq, heads, head_dim) by the angles
     whose sines and cosines are the tables' (seq, head_dim / 2) rows: pairs
     (x[2i], x[2i + 1]) if interleaved, else (x[i], x[i + head_dim / 2])."""
-    op = "rotary_position_embedding"
-    for name, tensor in (("input", input), ("sin_table", sin_table), ("cos_table", cos_table)):
-        check.tensor(op, name, tensor)
-    rope_shapes(input, sin_table, cos_table)
-    batch, seq, heads, head_dim = input.shape
-    out = input if inplace else torch.empty_like(input)
+    ruled = rotary_rules(input, sin_table, cos_table, inplace)
+    if ruled is None:  # the launcher does not pass the call: Python checks it
+        op = "rotary_position_embedding"
+        for name, tensor in (("input", input), ("sin_table", sin_table), ("cos_table", cos_table)):
+            check.tensor(op, name, tensor)
+        rope_shapes(input, sin_table, cos_table)
+        batch, seq, heads, head_dim = input.shape
+        out = input if inplace else torch.empty_like(input)
+    else:
+        out, batch, seq, heads, head_dim = ruled
     # The pairs and the tables' broadcast as views the launcher makes (as_strided,
     # unflatten and expand cost more host time than the launch): (batch, seq, heads,
     # head_dim / 2, 2), the pair's two elements 1 or head_dim / 2 apart.
