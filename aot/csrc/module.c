@@ -2,8 +2,8 @@
  * are not a call (call.c) or a test's (debug.c): the wheel's groups, kernels and
  * images, preloading a device, the two facts the Python runtime asks of the binding
  * rather than knowing them twice (which tensor types override __torch_dispatch__, how
- * torch moves version counters), and the argument rules of attention and rotary
- * embeddings, checked here at C's cost on every eager call (Python checks only the
+ * torch moves version counters), and the argument rules of attention, rotary
+ * embeddings and rms_norm, checked here at C's cost on every eager call (Python checks only the
  * calls they do not pass, and words every error). */
 #include <string.h>
 
@@ -262,6 +262,57 @@ static PyObject *nt_py_rotary_rules(PyObject *self, PyObject *const *args, Py_ss
                          (long long)input->size[2], (long long)input->size[3]);
 }
 
+/* torch's is_contiguous: row-major strides wherever a dim has more than one index. */
+static int nt_contiguous(const nt_tensor *t) {
+    int64_t expected = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (t->size[d] == 0)
+            return 1;
+        if (t->size[d] != 1 && t->stride[d] != expected)
+            return 0;
+        expected *= t->size[d];
+    }
+    return 1;
+}
+
+/* rms_norm_rules(input, normalized_shape, weight) -> welford (0 or 1), or None:
+ * _rms_norm.py's rules for a call over the last dim (normalized_shape an int or one
+ * int, equal to input's last dim; weight None or a plain tensor of that one dim) with
+ * plain tensors read here, and the kernel's `welford` switch as _welford gives it;
+ * None where a tensor cannot be read here, normalized_shape has other dims or a rule
+ * fails: the caller checks in Python. */
+static PyObject *nt_py_rms_norm_rules(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 3)
+        return PyErr_Format(PyExc_TypeError, "rms_norm_rules takes 3 arguments, got %zd", nargs);
+    if (nt_torch_init())
+        return NULL;
+    PyObject *shape = args[1];
+    long long n = -1;
+    if (PyLong_Check(shape))
+        n = PyLong_AsLongLong(shape);
+    else if (PyTuple_Check(shape) && PyTuple_Size(shape) == 1 &&
+             PyLong_Check(PyTuple_GetItem(shape, 0))) /* torch.Size too */
+        n = PyLong_AsLongLong(PyTuple_GetItem(shape, 0));
+    else if (PyList_Check(shape) && PyList_Size(shape) == 1 &&
+             PyLong_Check(PyList_GetItem(shape, 0)))
+        n = PyLong_AsLongLong(PyList_GetItem(shape, 0));
+    if (n == -1 && PyErr_Occurred())
+        PyErr_Clear();
+    nt_tensor t[2];
+    int weighted = args[2] != Py_None;
+    if (n < 0 || nt_read_plain(args[0], &t[0]) || (weighted && nt_read_plain(args[2], &t[1])))
+        Py_RETURN_NONE;
+    if (t[0].ndim < 1 || t[0].size[t[0].ndim - 1] != n ||
+        (weighted && (t[1].ndim != 1 || t[1].size[0] != n)))
+        Py_RETURN_NONE;
+    int welford = n % 4 != 0 || n > (1LL << 24);
+    uint64_t alignment = 4 * ((t[0].dtype_key >> 8 & 0xff) / 8); /* 4 elements of input's */
+    for (int a = 0; a < 1 + weighted && !welford; a++)
+        welford = alignment != 0 && nt_contiguous(&t[a]) && t[a].pointer % alignment != 0;
+    return PyLong_FromLong(welford);
+}
+
 /* increment_versions(tensors) -> None: the tensors' autograd version counters move, as
  * a launch that writes them moves them */
 static PyObject *nt_py_increment_versions(PyObject *self, PyObject *tensors) {
@@ -299,6 +350,9 @@ static PyMethodDef nt_methods[] = {
     {"rotary_rules", (PyCFunction)(void (*)(void))nt_py_rotary_rules, METH_FASTCALL,
      "rotary_rules(input, sin_table, cos_table, inplace)\n--\n\n"
      "rotary_position_embedding's shape rules and result; None: Python checks the call."},
+    {"rms_norm_rules", (PyCFunction)(void (*)(void))nt_py_rms_norm_rules, METH_FASTCALL,
+     "rms_norm_rules(input, normalized_shape, weight)\n--\n\n"
+     "rms_norm's rules over the last dim and its welford switch; None: Python checks."},
     {"increment_versions", nt_py_increment_versions, METH_O,
      "increment_versions(tensors)\n--\n\nMove the version counters of a tuple of tensors."},
     {NULL, NULL, 0, NULL},

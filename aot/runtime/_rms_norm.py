@@ -1,23 +1,29 @@
 """rms_norm over the trailing `normalized_shape` dims, flattened into one row."""
 
+from . import _C, _ops
 from . import _checks as check
-from . import _ops
 from ._library import routed
 from ._rows import EPS, rows
 
 _RMS_NORM = check.groups("rms_norm", "weight")
 _GIVEN, _NONE = (_ops.GIVEN,), (_ops.NONE,)
+rms_norm_rules = _C.rms_norm_rules
 
 
 @routed("rms_norm")
 def rms_norm(input, normalized_shape, weight=None, eps=None):
     """torch.nn.functional.rms_norm over the trailing `normalized_shape` dims;
     eps None means float32's epsilon, as torch computes half types in float."""
+    if eps is None:
+        eps = EPS
+    welford = rms_norm_rules(input, normalized_shape, weight)
+    if welford is not None:  # the launcher passed the call: over the last dim
+        if weight is None:
+            return rows(_RMS_NORM[_NONE], input, eps, welford)
+        return rows(_RMS_NORM[_GIVEN], input, weight, eps, welford)
     check.tensor("rms_norm", "input", input)
     shape = check.normalized("rms_norm", input, normalized_shape)
     weight = check.vector("rms_norm", "weight", weight, shape)
-    if eps is None:
-        eps = EPS
     flat = input if len(shape) == 1 else input.flatten(-len(shape))
     welford = _welford(input, weight, flat.shape[-1])
     if weight is None:

@@ -1,7 +1,6 @@
 """The attention runtime's choices before its launch, without a GPU: which KV-cache
 writes the kernel makes itself and which are copied first, and the launcher's argument
-rules for attention and rotary embeddings (`_C.attention_rules`, `_C.rotary_rules`),
-which must pass exactly the calls Python's checks pass."""
+rules (`_C.attention_rules`), which must pass exactly the calls Python's checks pass."""
 
 import pytest
 import torch
@@ -148,52 +147,3 @@ def test_the_launchers_attention_rules_agree_with_pythons(installed):
         assert out.dtype == query.dtype
         assert out.is_contiguous()
         assert out.data_ptr() != query.data_ptr()
-
-
-def test_the_launchers_rotary_rules_agree_with_pythons(installed):
-    """`_C.rotary_rules` passes a call (its result and input's shape) only where
-    `rope_shapes` passes it, passes every plain call it passes, and says None (Python
-    checks) for a tensor subclass."""
-    from tests.subclasses import Wrapper
-
-    rotary = installed._rotary
-    rules = rotary.rotary_rules
-    x = torch.randn(2, 5, 3, 8, dtype=H)
-    table = torch.randn(5, 4, dtype=H)
-    calls = {
-        "rows of queries": (x, table, table, True),
-        "a transposed view": (x.transpose(0, 2).transpose(0, 2), table, table, True),
-        "tables of fp32": (x, table.float(), table.float(), True),
-        "3-D input": (x[0], table, table, None),
-        "odd head_dim": (x[..., :7], table, table, None),
-        "tables of other rows": (x, table[:4], table, None),
-        "tables of other pairs": (x, table, table[:, :3], None),
-        "3-D tables": (x, table[None], table, None),
-        "a wrapper": (Wrapper(x), table, table, None),
-        "a wrapped table": (x, table, Wrapper(table), None),
-        "a list": (x, [1.0], table, None),
-    }
-    for name, (input, sin, cos, passes) in calls.items():
-        for inplace in (False, True):
-            ruled = rules(input, sin, cos, inplace)
-            try:
-                for tensor in (input, sin, cos):
-                    rotary.check.tensor("rotary_position_embedding", "t", tensor)
-                rotary.rope_shapes(input, sin, cos)
-                refused = False
-            except Exception:
-                refused = True
-            if passes is None:
-                assert ruled is None, name
-                assert refused or isinstance(input, Wrapper) or isinstance(cos, Wrapper), name
-                continue
-            assert not refused, name
-            assert ruled is not None, name
-            out, *shape = ruled
-            assert tuple(shape) == tuple(input.shape), name
-            if inplace:
-                assert out is input, name
-            else:
-                assert out is not input, name
-                assert out.shape == input.shape, name
-                assert out.stride() == torch.empty_like(input).stride(), name
