@@ -293,8 +293,8 @@ def interpreted(make):
     above 1e-4 (the seeds are fixed, so it fails never or always; the GPU suite draws
     10^5 and more); top-p over a bound's survivors (capacity 16: top-k with top-p, and
     the rejection rounds where min-p's survivors pass it), top-k of bf16 logits tied at
-    the k-th value, and top-k with top-p by the rounds. The interpreter takes about
-    0.2 s a row here."""
+    the k-th value, top-k by passes over an odd number of tiles, and top-k with top-p
+    by the rounds. The interpreter takes about 0.2 s a row here."""
     module = references()
     for dtype, size in ((torch.float32, 64), (torch.bfloat16, 64), (torch.float32, 2)):
         nt = _runtime(make, size)
@@ -342,6 +342,16 @@ def interpreted(make):
     for rows in (40, 64):
         drawn = nt.sampling(tied[:rows], seeds[:rows], top_k=5)
         assert chi_square_p(drawn, chances) > 1e-4, (rows, drawn, chances)
+    # Top-k by passes over the row (64 rows: no chunk histograms) over an odd number of
+    # tiles (40 logits in chunks of 16: the radix select reads two a step, the third
+    # alone), the largest four in the last tile: counted twice, the bound would keep two.
+    odd = torch.full((40,), -2.0)
+    odd[33::2] = torch.tensor([5.0, 5.1, 5.2, 5.3])
+    odd = odd.expand(64, 40).contiguous()
+    drawn = nt.sampling(odd, seeds[:64], top_k=4)
+    chances = module.probabilities(odd[:1], temperature=1.0, top_k=4)[0]
+    assert int((chances > 0).sum()) == 4, chances
+    assert chi_square_p(drawn, chances) > 1e-4, (drawn, chances)
     # Top-p after top-k by the rounds, where the runtime finds the survivors do not pay.
     nt.over_survivors = lambda logits, selecting: False
     drawn = nt.sampling(logits[:60], seeds[:60], temperature=t, top_k=5, top_p=0.7)
