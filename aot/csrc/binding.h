@@ -6,6 +6,7 @@
  *   checks.c   the tensors read, checked together: one device, their dtypes
  *   writing.c  writes into given tensors checked, outputs allocated, versions moved
  *   call.c     launch() and plan(): one call, read, shaped, chosen and launched
+ *   rules.c    the composite ops' argument rules, checked before their wrappers' Python
  *   debug.c    the entry points for tests and tuning (_candidate, _fault_next_load, ...)
  *   module.c   the module: its other entry points, its method table and its init */
 #ifndef NTOPS_BINDING_H
@@ -125,6 +126,11 @@ PyObject *nt_py_launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *nt_py_plan(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *nt_py_last_kernel(PyObject *self, PyObject *unused);
 PyObject *nt_py_phases(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+
+/* rules.c */
+PyObject *nt_py_attention_rules(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *nt_py_rotary_rules(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *nt_py_rms_norm_rules(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 /* debug.c */
 PyObject *nt_py_candidate(PyObject *self, PyObject *arg);
