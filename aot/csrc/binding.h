@@ -74,9 +74,9 @@ typedef struct {
     nt_builtin is_neg, is_inference, is_grad_enabled, is_inference_mode_enabled;
     PyObject *raw_stream; /* torch._C._cuda_getCurrentRawStream */
     PyObject *empty_like;
-    PyObject *s_dtype, *s_data_ptr, *s_shape, *s_stride, *s_get_device, *s_is_cuda, *s_new_empty,
-        *s_cuda_stream, *s_api, *s_torch_dispatch, *s_func, *s_is_neg, *s_resolve_neg,
-        *s_requires_grad, *s_is_inference, *s_layout, *s_is_nested, *s_version;
+    PyObject *s_dtype, *s_data_ptr, *s_shape, *s_stride, *s_get_device, *s_is_cuda,
+        *s_new_empty_strided, *s_cuda_stream, *s_api, *s_torch_dispatch, *s_func, *s_is_neg,
+        *s_resolve_neg, *s_requires_grad, *s_is_inference, *s_layout, *s_is_nested, *s_version;
 } nt_torch_objects;
 
 /* torch.c */
@@ -119,6 +119,8 @@ int nt_allocate_outputs(nt_state *s); /* those the caller left to the launcher *
 int nt_write_back(const nt_state *s);
 int nt_bump_versions(const nt_state *s);
 int nt_increment_versions(PyObject *tensors); /* a tuple of tensors */
+/* A new row-major tensor of `size` like `like` (its device; its dtype, or kwargs'). */
+PyObject *nt_new_contiguous(PyObject *like, const int64_t *size, int ndim, PyObject *kwargs);
 
 /* call.c */
 int nt_warn_ptx(const nt_device *device, const nt_kernel *kernel);

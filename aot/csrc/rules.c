@@ -124,11 +124,7 @@ PyObject *nt_py_attention_rules(PyObject *self, PyObject *const *args, Py_ssize_
     int64_t fused = 0;
     if (keys && values && query->size[2] <= most)
         fused = nt_tail_entries(key, value, &t[3], &t[4], &t[5], &t[6], most);
-    PyObject *shape = Py_BuildValue("(LLLL)", (long long)batch, (long long)heads_q,
-                                    (long long)query->size[2], (long long)head_dim);
-    PyObject *out =
-        shape ? PyObject_CallMethodObjArgs(args[0], nt_torch.s_new_empty, shape, NULL) : NULL;
-    Py_XDECREF(shape);
+    PyObject *out = nt_new_contiguous(args[0], query->size, 4, NULL);
     if (out == NULL)
         return NULL;
     return Py_BuildValue("(LNLLLLLL)", (long long)fused, out, (long long)batch, (long long)heads_q,

@@ -35,7 +35,7 @@ static int nt_intern_names(void) {
         {&nt_torch.s_stride, "stride"},
         {&nt_torch.s_get_device, "get_device"},
         {&nt_torch.s_is_cuda, "is_cuda"},
-        {&nt_torch.s_new_empty, "new_empty"},
+        {&nt_torch.s_new_empty_strided, "new_empty_strided"},
         {&nt_torch.s_cuda_stream, "cuda_stream"},
         {&nt_torch.s_api, "__dlpack_c_exchange_api__"},
         {&nt_torch.s_torch_dispatch, "__torch_dispatch__"},

@@ -143,6 +143,42 @@ int nt_write_back(const nt_state *s) {
     return 0;
 }
 
+/* A new row-major tensor of `size` on `like`'s device, of its dtype unless `kwargs`
+ * ({"dtype": ...}) says otherwise: like.new_empty_strided(size, row-major strides),
+ * which torch's binding takes faster than new_empty(size) (0.9 against 1.3 us a call on
+ * a CPU tensor, 4.5 against 5.2 on a meta one: torch 2.13, the 2-core machine). */
+PyObject *nt_new_contiguous(PyObject *like, const int64_t *size, int ndim, PyObject *kwargs) {
+    /* Tuples are filled before anything else holds them: PyTuple_SetItem refuses
+     * tuples that are shared (and takes the item's reference, set or not). Strides as
+     * torch's contiguous ones: a dim of size 0 counts as 1. */
+    PyObject *shape = PyTuple_New(ndim), *strides = PyTuple_New(ndim);
+    int failed = shape == NULL || strides == NULL;
+    int64_t stride = 1;
+    for (int d = ndim - 1; !failed && d >= 0; d--) {
+        PyObject *size_object = PyLong_FromLongLong(size[d]);
+        PyObject *stride_object = PyLong_FromLongLong(stride);
+        if (size_object == NULL || stride_object == NULL) {
+            Py_XDECREF(size_object);
+            Py_XDECREF(stride_object);
+            failed = 1;
+        } else if (PyTuple_SetItem(shape, d, size_object)) {
+            Py_DECREF(stride_object);
+            failed = 1;
+        } else {
+            failed = PyTuple_SetItem(strides, d, stride_object) != 0;
+        }
+        stride *= size[d] > 1 ? size[d] : 1;
+    }
+    PyObject *method = failed ? NULL : PyObject_GetAttr(like, nt_torch.s_new_empty_strided);
+    PyObject *args = method ? PyTuple_Pack(2, shape, strides) : NULL;
+    PyObject *out = args ? PyObject_Call(method, args, kwargs) : NULL;
+    Py_XDECREF(args);
+    Py_XDECREF(method);
+    Py_XDECREF(shape);
+    Py_XDECREF(strides);
+    return out;
+}
+
 /* An output of `like`'s device, and dtype where it follows the call's: in the layout
  * of `like` where it has the output's shape, as torch's element-wise ops allocate; fixed
  * outputs (a product's) row-major, as torch's products return them. */
@@ -155,22 +191,8 @@ static int nt_allocate_like(nt_state *s, int a, const nt_tensor *like, const int
         !memcmp(like->size, size, sizeof(int64_t) * (size_t)ndim)) {
         out = PyObject_CallFunctionObjArgs(nt_torch.empty_like, like->object, NULL);
     } else {
-        /* A tuple is filled before anything else holds it: PyTuple_SetItem refuses
-         * tuples that are shared. */
-        PyObject *shape = PyTuple_New(ndim);
-        for (int d = 0; shape != NULL && d < ndim; d++) {
-            PyObject *size_object = PyLong_FromLongLong(size[d]);
-            if (size_object == NULL || PyTuple_SetItem(shape, d, size_object)) {
-                Py_CLEAR(shape);
-            }
-        }
-        PyObject *method = shape ? PyObject_GetAttr(like->object, nt_torch.s_new_empty) : NULL;
-        PyObject *args = method ? PyTuple_Pack(1, shape) : NULL;
-        out = args ? PyObject_Call(method, args, dtype >= 0 ? nt_torch.dtype_kwargs[dtype] : NULL)
-                   : NULL;
-        Py_XDECREF(args);
-        Py_XDECREF(method);
-        Py_XDECREF(shape);
+        out = nt_new_contiguous(like->object, size, ndim,
+                                dtype >= 0 ? nt_torch.dtype_kwargs[dtype] : NULL);
     }
     if (out == NULL)
         return -1;

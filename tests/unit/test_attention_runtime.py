@@ -144,6 +144,7 @@ def test_the_launchers_attention_rules_agree_with_pythons(installed):
         assert ruled[0] == fused, name
         assert ruled[2:] == (*query.shape, args[1].shape[1], args[1].shape[2]), name
         assert out.shape == query.shape
+        assert out.stride() == torch.empty(query.shape).stride()
         assert out.dtype == query.dtype
         assert out.is_contiguous()
         assert out.data_ptr() != query.data_ptr()
