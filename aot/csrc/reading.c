@@ -311,12 +311,21 @@ int nt_read_args(nt_state *s, PyObject *const *args, Py_ssize_t nargs) {
     return 0;
 }
 
-/* A plain torch.Tensor read through the exchange API, or -1 (nothing raised) where it
- * cannot be: another type, no exchange API, a tensor it declines. */
+/* A plain tensor read through the exchange API: a torch.Tensor, or a subclass that does
+ * not override __torch_dispatch__ (nn.Parameter: a model's weights), as launches read
+ * them; or -1 (nothing raised) where it cannot be: another type, a subclass that
+ * overrides __torch_dispatch__, no exchange API, a tensor it declines. */
 int nt_read_plain(PyObject *object, nt_tensor *t) {
-    if (Py_TYPE(object) != (PyTypeObject *)nt_torch.tensor_type || nt_torch.api == NULL)
-        return -1;
-    if (nt_read_dlpack(nt_torch.api, object, t) == 0)
+    const nt_dl_api *api = nt_torch.api;
+    if (Py_TYPE(object) != (PyTypeObject *)nt_torch.tensor_type) {
+        int dispatch = 0;
+        if (!PyObject_TypeCheck(object, (PyTypeObject *)nt_torch.tensor_type))
+            return -1;
+        api = nt_api_of(Py_TYPE(object), &dispatch);
+        if (dispatch)
+            api = NULL;
+    }
+    if (api != NULL && nt_read_dlpack(api, object, t) == 0)
         return 0;
     PyErr_Clear();
     return -1;

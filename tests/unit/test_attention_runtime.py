@@ -102,6 +102,11 @@ def test_the_launchers_attention_rules_agree_with_pythons(installed):
     calls = {
         "decode with the tail": (good, True, 1),
         "no cache": ((query, cache, cache, None, None, None, None), True, 0),
+        "caches as parameters": (
+            (query, *[torch.nn.Parameter(cache, requires_grad=False)] * 2, None, None, None, None),
+            True,
+            0,
+        ),
         "keys only": ((query, cache, cache, new, None, slot, None), True, 0),
         "not the tail": ((query, cache, cache, new, new, cache[:, :, 8:9], slot), True, 0),
         "new entries of fp32": ((query, cache, cache, new.float(), new, slot, slot), True, 0),

@@ -23,6 +23,7 @@ def test_the_launchers_rotary_rules_agree_with_pythons(installed):
         "rows of queries": (x, table, table, True),
         "a transposed view": (x.transpose(0, 2).transpose(0, 2), table, table, True),
         "tables of fp32": (x, table.float(), table.float(), True),
+        "tables as parameters": (x, torch.nn.Parameter(table, requires_grad=False), table, True),
         "3-D input": (x[0], table, table, None),
         "odd head_dim": (x[..., :7], table, table, None),
         "tables of other rows": (x, table[:4], table, None),
@@ -74,7 +75,8 @@ def _python_rms_norm(rms_norm, input, normalized_shape, weight):
 def test_the_launchers_rms_norm_rules_agree_with_pythons(installed, dtype):
     """`_C.rms_norm_rules` gives the welford switch `_welford` gives wherever Python's
     rules pass a call over the last dim: rows of a multiple of 4 or not, inputs and
-    weights contiguous or not, aligned to 4 elements or not."""
+    weights contiguous or not, aligned to 4 elements or not, weights that are a module's
+    parameters (a subclass that does not override __torch_dispatch__)."""
     rms_norm = installed._rms_norm
     rules = rms_norm.rms_norm_rules
     x = torch.randn(3, 9, dtype=dtype)
@@ -94,6 +96,8 @@ def test_the_launchers_rms_norm_rules_agree_with_pythons(installed, dtype):
         "two normalized dims": (x, (3, 9), None),
         "no normalized dims": (x, (), None),
         "a 0-dim input": (x[0, 0], 1, None),
+        "a parameter's weight": (x, 9, torch.nn.Parameter(w, requires_grad=False)),
+        "a weight that requires grad": (x[:, :8], 8, torch.nn.Parameter(w[:8])),
         "a wrapper": (Wrapper(x), 9, w),
         "a wrapped weight": (x, 9, Wrapper(w)),
         "a float shape": (x, 9.0, w),
