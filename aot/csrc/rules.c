@@ -6,6 +6,15 @@
  * test_native_rules.py). */
 #include "binding.h"
 
+static int nt_same_shape(const nt_tensor *t, const nt_tensor *other) {
+    if (t->ndim != other->ndim)
+        return 0;
+    for (int d = 0; d < t->ndim; d++)
+        if (t->size[d] != other->size[d])
+            return 0;
+    return 1;
+}
+
 /* Equal strides wherever `t` has more than one index (a size-1 dim's is never used). */
 static int nt_strides_agree(const nt_tensor *t, const nt_tensor *other) {
     for (int d = 0; d < t->ndim; d++)
@@ -38,22 +47,11 @@ static int64_t nt_tail_entries(const nt_tensor *key, const nt_tensor *value,
                                const nt_tensor *present_key, const nt_tensor *present_value,
                                const nt_tensor *key_slot, const nt_tensor *value_slot,
                                long long most) {
-    int same = present_key->ndim == present_value->ndim;
-    for (int d = 0; same && d < present_key->ndim; d++)
-        same = present_key->size[d] == present_value->size[d];
-    int fused = same && nt_strides_agree(present_key, present_value) &&
+    int fused = nt_same_shape(present_key, present_value) &&
+                nt_strides_agree(present_key, present_value) &&
                 nt_is_tail(key, present_key, key_slot, most) &&
                 nt_is_tail(value, present_value, value_slot, most);
     return fused ? key_slot->size[2] : 0;
-}
-
-static int nt_same_shape(const nt_tensor *t, const nt_tensor *other) {
-    if (t->ndim != other->ndim)
-        return 0;
-    for (int d = 0; d < t->ndim; d++)
-        if (t->size[d] != other->size[d])
-            return 0;
-    return 1;
 }
 
 /* A float dtype by the exchange API's key: float (2) or bfloat (4) codes. Others
